@@ -1,0 +1,47 @@
+# Developer entry points. `make setup test` does everything on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export CRI_RESMGR_DEV_CACHE ?= $(HOME)/.cache/cri-resmgr-dev
+
+.PHONY: setup venv tools test test-unit test-integration lint bench bench-relay bench-policy bench-install bench-extension clean
+
+setup: venv tools
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "setup: $(PYTHON) not found (need Python >= 3.11)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip check
+	touch $@
+
+tools:
+	bash hacks/setup-tools.sh
+
+# pytest exits 5 when it collected nothing; a run that tests nothing is a failure.
+PYTEST = $(PY) -m pytest
+define run_pytest
+	$(PYTEST) $(1); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+endef
+
+test: venv
+	$(call run_pytest,test/unit test/integration test/e2e)
+
+test-unit: venv
+	$(call run_pytest,test/unit)
+
+test-integration: venv
+	$(call run_pytest,test/integration)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+bench-%: venv
+	$(PY) -m pytest -s -p no:cacheprovider -o addopts="" test/bench/bench_$*.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Seed-side Gardener extension controller for cri-resmgr-extension."""

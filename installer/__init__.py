@@ -1,0 +1,1 @@
+"""Node-side installer that puts cri-resmgr on a shoot node and reverses it exactly."""

@@ -1,0 +1,1 @@
+"""cri-resmgr-agent: pushes ConfigMap and Adjustment configuration to cri-resmgr."""
