@@ -1,0 +1,109 @@
+"""cri-resource-manager configuration: parsing and validation shared by cri-resmgr and the extension.
+
+``validate_config_text`` checks a whole YAML config file; ``validate_config_sections``
+checks the ConfigMap form, where each data key is a top-level section whose value
+is that section's YAML. Both return the normalised mapping (canonical field
+spellings, ``cpu`` constraints as ``cpuset:...``/``<n>m``) or raise ``ConfigError``
+naming the offending field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from resmgr.config.constraints import CpuConstraint, parse_cpu_constraint, parse_cpu_quantity
+from resmgr.config.errors import ConfigError
+from resmgr.config.schema import CONFIG, POLICY_NAMES
+
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "POLICY_NAMES",
+    "ConfigError",
+    "CpuConstraint",
+    "parse_cpu_constraint",
+    "parse_cpu_quantity",
+    "validate_config",
+    "validate_config_sections",
+    "validate_config_text",
+]
+
+MAX_CONFIG_BYTES = 1024 * 1024
+DOCUMENT = "<document>"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys instead of silently keeping the last."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    out: dict = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"unhashable key {key!r}", key_node.start_mark) from None
+        if key in out:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        out[key] = loader.construct_object(value_node, deep=deep)
+    return out
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _load_yaml(text: str, field: str, source: str) -> Any:
+    try:
+        docs = list(yaml.load_all(text, Loader=_StrictLoader))  # noqa: S506 - strict SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(field, f"invalid YAML{where}: {problem}", source=source) from None
+    docs = [d for d in docs if d is not None]
+    if len(docs) > 1:
+        raise ConfigError(field, "expected one YAML document, found several", source=source)
+    return docs[0] if docs else None
+
+
+def _check_size(size: int, source: str) -> None:
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(DOCUMENT, f"config is {size} bytes, over the limit of {MAX_CONFIG_BYTES} bytes",
+                          source=source)
+
+
+def validate_config(data: Any, *, source: str = "") -> dict[str, Any]:
+    """Validate an already parsed config mapping; returns the normalised mapping."""
+    try:
+        return CONFIG.check(data, "")
+    except ConfigError as exc:
+        raise exc.with_source(source) from None
+
+
+def validate_config_text(text: str, *, source: str = "") -> dict[str, Any]:
+    """Parse and validate a cri-resource-manager YAML config (a whole file)."""
+    if not isinstance(text, str):
+        raise ConfigError(DOCUMENT, f"expected text, got {type(text).__name__}", source=source)
+    _check_size(len(text.encode("utf-8", "surrogatepass")), source)
+    return validate_config(_load_yaml(text, DOCUMENT, source), source=source)
+
+
+def validate_config_sections(data: dict[str, str], *, source: str = "") -> dict[str, Any]:
+    """Validate the ConfigMap form: ``{section name: section YAML}`` -> normalised config."""
+    if not isinstance(data, dict):
+        raise ConfigError(DOCUMENT, f"expected a mapping of section name to YAML, got {type(data).__name__}",
+                          source=source)
+    total = 0
+    assembled: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ConfigError(str(key), "ConfigMap data keys and values must be strings", source=source)
+        total += len(key.encode()) + len(value.encode("utf-8", "surrogatepass"))
+        _check_size(total, source)
+        assembled[key] = _load_yaml(value, key, source)
+    return validate_config(assembled, source=source)
