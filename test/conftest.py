@@ -1,0 +1,74 @@
+"""Shared fixtures that start the real components (see test/fixtures/)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fixtures.containerd import Containerd
+from fixtures.seed_api import SeedAPI
+from fixtures.systemd_node import SystemdNode, extract_rootfs
+from fixtures.tools import Tools, find_tools
+
+
+@pytest.fixture(scope="session")
+def tools() -> Tools:
+    try:
+        return find_tools()
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def seed_api(tools: Tools) -> Iterator[SeedAPI]:
+    workdir = Path(tempfile.mkdtemp(prefix="seed-api-"))
+    api = SeedAPI(tools, workdir)
+    try:
+        api.start()
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture(scope="session")
+def containerd(tools: Tools) -> Iterator[Containerd]:
+    # Short path: unix socket paths are limited to 108 bytes.
+    workdir = Path(tempfile.mkdtemp(prefix="ctrd-", dir="/tmp"))
+    ctrd = Containerd(tools, workdir)
+    try:
+        ctrd.start()
+        yield ctrd
+    finally:
+        ctrd.stop()
+
+
+@pytest.fixture(scope="session")
+def node_rootfs(tools: Tools, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not tools.rootfs_tar.exists():
+        pytest.fail(f"missing {tools.rootfs_tar}; run `make setup` (bash hacks/setup-tools.sh) first", pytrace=False)
+    return extract_rootfs(tools.rootfs_tar, tmp_path_factory.mktemp("rootfs"))
+
+
+@pytest.fixture
+def systemd_node_factory(node_rootfs: Path, tmp_path: Path) -> Iterator[Callable[..., SystemdNode]]:
+    nodes: list[SystemdNode] = []
+
+    def make(binds: list[tuple[str, str]] | None = None, ro_binds: list[tuple[str, str]] | None = None,
+             name: str | None = None) -> SystemdNode:
+        node = SystemdNode(node_rootfs, tmp_path / f"node{len(nodes)}", binds=binds, ro_binds=ro_binds,
+                           name=name or f"node{len(nodes)}-{tmp_path.name[-8:]}".replace("_", "-"))
+        node.workdir.mkdir(parents=True, exist_ok=True)
+        nodes.append(node)
+        node.boot()
+        return node
+
+    yield make
+    for node in nodes:
+        node.poweroff()
+
+
+@pytest.fixture
+def systemd_node(systemd_node_factory: Callable[..., SystemdNode]) -> SystemdNode:
+    return systemd_node_factory()
