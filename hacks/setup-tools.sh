@@ -98,13 +98,13 @@ EOF
 }
 
 step_kube_apiserver() {
-  local key="k8s.io/kubernetes@v$KUBERNETES_VERSION ldflags-version"
+  local mod="k8s.io/kubernetes@v$KUBERNETES_VERSION" key="k8s.io/kubernetes@v$KUBERNETES_VERSION ldflags-version"
   if stamp_ok "$BIN/kube-apiserver" "$key"; then log "kube-apiserver: cached ($key)"; return; fi
   local dir="$BUILD/kube-apiserver-$KUBERNETES_VERSION"
   mkdir -p "$dir"
-  log "kube-apiserver: preparing a build module for $key"
+  log "kube-apiserver: preparing a build module for $mod"
   local gomod
-  gomod=$(cd "$dir" && with_registry "go mod download $key" go mod download -json "$key" \
+  gomod=$(cd "$dir" && with_registry "go mod download $mod" go mod download -json "$mod" \
           | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
   # k8s.io/kubernetes replaces its staging modules with ./staging paths, which do
   # not apply to a dependent module: point each at its published v0.X.Y instead.
@@ -122,7 +122,7 @@ step_kube_apiserver() {
     done
   } > "$dir/go.mod"
   printf 'package main\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver/app"\n\nfunc main() {}\n' > "$dir/main.go"
-  (cd "$dir" && with_registry "go mod tidy for $key" go mod tidy >/dev/null 2>&1)
+  (cd "$dir" && with_registry "go mod tidy for $mod" go mod tidy >/dev/null 2>&1)
   log "kube-apiserver: compiling (several minutes on 2 cores, once)"
   local vpkg=k8s.io/component-base/version minor="${KUBERNETES_VERSION#1.}"; minor="${minor%%.*}"
   local ldflags="-s -w -X $vpkg.gitVersion=v$KUBERNETES_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor"
@@ -135,13 +135,13 @@ step_kube_apiserver() {
 }
 
 step_cri_tools() {
-  local key="sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION ldflags-version"
+  local mod="sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION" key="sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION ldflags-version"
   if stamp_ok "$BIN/crictl" "$key" && stamp_ok "$BIN/critest" "$key"; then log "crictl/critest: cached ($key)"; return; fi
   local dir="$BUILD/cri-tools-$CRI_TOOLS_VERSION"
   mkdir -p "$dir"
-  log "crictl/critest: fetching $key"
+  log "crictl/critest: fetching $mod"
   (cd "$dir" && { [ -f go.mod ] || go mod init local/cri-tools-build >/dev/null 2>&1; } \
-    && with_registry "go get $key" go get -t "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION" \
+    && with_registry "go get $mod" go get -t "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION" \
        "sigs.k8s.io/cri-tools/cmd/critest@$CRI_TOOLS_VERSION" >/dev/null 2>&1)
   log "crictl/critest: compiling"
   local ldflags="-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=${CRI_TOOLS_VERSION#v}"
