@@ -29,7 +29,7 @@ define run_pytest
 endef
 
 test: venv
-	$(call run_pytest,test/unit test/integration test/e2e)
+	$(call run_pytest,)
 
 test-unit: venv
 	$(call run_pytest,test/unit)
