@@ -1,29 +1,227 @@
-"""Command line of cri-resmgr."""
+"""Command line of cri-resmgr: parse flags, load config, run the relay until SIGTERM."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
 
 from resmgr import __version__
-from resmgr.cli_common import not_yet
+from resmgr.dump import Dumper
+from resmgr.hooks import NoopHook, ResourceManagerHook
+from resmgr.logsetup import add_logging_arguments, parse_debug_modules, set_debug_modules, setup_logging
+from resmgr.metrics import RelayMetrics, serve_metrics
+from resmgr.relay.server import DEFAULT_PID_FILE, DEFAULT_RELAY_SOCKET, DEFAULT_RUNTIME_SOCKET, Relay
+from resmgr.relay.settings import (
+    RelaySettings,
+    SettingsError,
+    available_policies,
+    effective_config,
+    settings_from_config,
+)
+from resmgr.relay.startup import StartupError
+
+log = logging.getLogger("resmgr.cli")
 
 DESCRIPTION = """\
 cri-resmgr relays the Container Runtime Interface (CRI) between kubelet and the
 container runtime (containerd). Kubelet talks to the relay socket; every call is
 forwarded to the runtime, and calls that create, update or remove pods and
 containers pass through a resource manager that places containers on CPUs and
-memory nodes according to the active policy (none, static, topology-aware,
-balloons). Configuration uses cri-resource-manager's YAML format.
+memory nodes according to the active policy. Configuration uses
+cri-resource-manager's YAML format (sections policy, logger, dump,
+instrumentation, ...).
+
+Signals: SIGTERM/SIGINT drain in-flight calls and exit; SIGHUP re-reads the
+--force-config file (dump rules, logger.Debug, policy settings).
 """
+
+EPILOG = """\
+examples:
+  cri-resmgr --runtime-socket /run/containerd/containerd.sock --fallback-config /etc/cri-resmgr/fallback.cfg
+  cri-resmgr --force-config dump.cfg --metrics-address 127.0.0.1:8891   # pure CRI message dumper
+"""
+
+NOT_ACTIVE = "NOT ACTIVE YET: accepted for compatibility, ignored by this build ({})"
+DEFAULT_RELAY_DIR = "/var/lib/cri-resmgr"
+DEFAULT_CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
+DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
+
+# Flags a later issue implements; warn when they are given.
+_INACTIVE_FLAGS = {
+    "reset_config": "--reset-config",
+    "reset_policy": "--reset-policy",
+    "disable_policy_switch": "--disable-policy-switch",
+    "disable_agent": "--disable-agent",
+}
+
+HookFactory = Callable[[RelaySettings], ResourceManagerHook]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cri-resmgr", description=DESCRIPTION,
+    parser = argparse.ArgumentParser(prog="cri-resmgr", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"cri-resmgr {__version__}")
+    parser.add_argument("--list-policies", action="store_true",
+                        help="print the names of the available policies and exit")
+    sockets = parser.add_argument_group("sockets")
+    sockets.add_argument("--relay-socket", default=DEFAULT_RELAY_SOCKET,
+                         help=f"unix socket kubelet connects to (default: {DEFAULT_RELAY_SOCKET}); "
+                              "a stale socket is removed, the new one gets mode 0660")
+    sockets.add_argument("--runtime-socket", default=DEFAULT_RUNTIME_SOCKET,
+                         help=f"CRI runtime service socket to relay to (default: {DEFAULT_RUNTIME_SOCKET}); "
+                              "the relay waits, with backoff, until it answers")
+    sockets.add_argument("--image-socket", default=None,
+                         help="CRI image service socket (default: the runtime socket)")
+    sockets.add_argument("--config-socket", default=DEFAULT_CONFIG_SOCKET,
+                         help=NOT_ACTIVE.format("the agent config API arrives with the config plane"))
+    sockets.add_argument("--agent-socket", default=DEFAULT_AGENT_SOCKET,
+                         help=NOT_ACTIVE.format("the agent API arrives with the config plane"))
+    sockets.add_argument("--disable-agent", action="store_true",
+                         help=NOT_ACTIVE.format("there is no agent connection yet"))
+    state = parser.add_argument_group("state and config")
+    state.add_argument("--relay-dir", default=DEFAULT_RELAY_DIR,
+                       help=f"directory for the relay's persistent state (default: {DEFAULT_RELAY_DIR}); "
+                            "created at startup")
+    state.add_argument("--pid-file", default=DEFAULT_PID_FILE,
+                       help=f"pid file written once serving (default: {DEFAULT_PID_FILE}); '' for none")
+    state.add_argument("--fallback-config", metavar="FILE",
+                       help="config used when no other configuration is available (YAML, "
+                            "cri-resource-manager format)")
+    state.add_argument("--force-config", metavar="FILE",
+                       help="config that overrides any other configuration; re-read on SIGHUP")
+    state.add_argument("--reset-config", action="store_true",
+                       help=NOT_ACTIVE.format("there is no stored configuration to reset yet"))
+    state.add_argument("--reset-policy", action="store_true",
+                       help=NOT_ACTIVE.format("there is no stored policy state to reset yet"))
+    state.add_argument("--disable-policy-switch", action="store_true",
+                       help=NOT_ACTIVE.format("policies cannot be switched at runtime yet"))
+    runtime = parser.add_argument_group("runtime behaviour")
+    runtime.add_argument("--metrics-address", default=None,
+                         help="HTTP address for Prometheus /metrics, [HOST]:PORT (default: "
+                              "instrumentation.HTTPEndpoint from the config, else :8891); 'off' disables")
+    runtime.add_argument("--runtime-wait-timeout", type=float, default=None, metavar="SECONDS",
+                         help="give up if the runtime does not answer in time (default: wait forever)")
+    runtime.add_argument("--shutdown-grace", type=float, default=5.0, metavar="SECONDS",
+                         help="on SIGTERM, how long in-flight calls may take to finish (default: 5)")
+    runtime.add_argument("--workers", type=int, default=32,
+                         help="maximum concurrently served calls (default: 32)")
+    add_logging_arguments(parser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    build_parser().parse_args(argv)
-    return not_yet("cri-resmgr", "the CRI relay")
+def default_hook_factory(settings: RelaySettings) -> ResourceManagerHook:
+    """The 'none' policy; other policies are wired in by the policy package."""
+    if settings.policy != "none":
+        log.warning("policy %r is not wired into this relay yet; running policy 'none' (pass-through)",
+                    settings.policy)
+    return NoopHook()
+
+
+class _Runner:
+    """Holds the running relay and reacts to signals."""
+
+    def __init__(self, args: argparse.Namespace, relay: Relay, settings: RelaySettings) -> None:
+        self.args = args
+        self.relay = relay
+        self.settings = settings
+        self.reload = threading.Event()
+        self.wake = threading.Event()
+
+    def on_terminate(self, signum: int, _frame: Any) -> None:
+        log.info("received %s; shutting down", signal.Signals(signum).name)
+        self.relay.stopping.set()
+        self.wake.set()
+
+    def on_hangup(self, _signum: int, _frame: Any) -> None:
+        self.reload.set()
+        self.wake.set()
+
+    def run_until_stopped(self) -> None:
+        while not self.relay.stopping.is_set():
+            self.wake.wait()
+            self.wake.clear()
+            if self.reload.is_set():
+                self.reload.clear()
+                self.reload_config()
+
+    def reload_config(self) -> None:
+        if not self.args.force_config:
+            log.info("SIGHUP: no --force-config to reload")
+            return
+        try:
+            config, source = effective_config(self.args.force_config, self.args.fallback_config)
+            settings = settings_from_config(config, source)
+        except SettingsError as err:
+            log.error("SIGHUP: keeping the current config: %s", err)
+            return
+        self.relay.dumper.reconfigure(settings.dump)
+        set_debug_modules(parse_debug_modules(self.args.debug) + settings.debug_modules,
+                          root_package="resmgr", base_level=self.args.log_level)
+        reconfigure = getattr(self.relay.hook, "reconfigure", None)
+        if callable(reconfigure):
+            try:
+                reconfigure(settings.raw)
+            except Exception:
+                log.exception("SIGHUP: the resource manager rejected the new config")
+                self.relay.metrics.policy_error("reconfigure", "reconfigure")
+        self.settings = settings
+        log.info("SIGHUP: reloaded forced config", extra={"source": self.args.force_config})
+
+
+def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list_policies:
+        print("\n".join(available_policies()))
+        return 0
+    setup_logging(fmt=args.log_format, level=args.log_level, debug_modules=parse_debug_modules(args.debug),
+                  root_package="resmgr")
+    for attr, flag in _INACTIVE_FLAGS.items():
+        if getattr(args, attr):
+            log.warning("%s is not active yet in this build and is ignored", flag)
+    try:
+        config, source = effective_config(args.force_config, args.fallback_config)
+        settings = settings_from_config(config, source)
+    except SettingsError as err:
+        sys.stderr.write(f"cri-resmgr: {err}\n")
+        return 2
+    if settings.debug_modules:
+        set_debug_modules(parse_debug_modules(args.debug) + settings.debug_modules, root_package="resmgr",
+                          base_level=args.log_level)
+    log.info("starting cri-resmgr %s", __version__, extra={"config": source, "policy": settings.policy})
+    os.makedirs(args.relay_dir, exist_ok=True)
+    metrics = RelayMetrics()
+    metrics_address = args.metrics_address or settings.metrics_address
+    metrics_server = None
+    if metrics_address and metrics_address != "off":
+        try:
+            metrics_server, _ = serve_metrics(metrics, metrics_address)
+        except (OSError, ValueError) as err:
+            # Metrics are not worth failing kubelet's runtime for; say so loudly and go on.
+            log.error("cannot serve metrics on %s: %s; continuing without /metrics", metrics_address, err)
+    hook = (hook_factory or default_hook_factory)(settings)
+    relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket,
+                  image_socket=args.image_socket, hook=hook, metrics=metrics,
+                  dumper=Dumper(settings.dump), pid_file=args.pid_file or None, max_workers=args.workers,
+                  runtime_wait_timeout=args.runtime_wait_timeout)
+    runner = _Runner(args, relay, settings)
+    signal.signal(signal.SIGTERM, runner.on_terminate)
+    signal.signal(signal.SIGINT, runner.on_terminate)
+    signal.signal(signal.SIGHUP, runner.on_hangup)
+    try:
+        relay.start()
+        runner.run_until_stopped()
+    except (StartupError, OSError) as err:
+        log.error("cannot start the relay: %s", err)
+        relay.stop(grace=0)
+        return 1
+    finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
+    relay.stop(grace=args.shutdown_grace)
+    return 0

@@ -1,0 +1,194 @@
+"""CRI message dumping, configured by the ``dump:`` section of cri-resource-manager's config.
+
+    dump:
+      Config: 'off:.*,short:((Create)|(Start)|(Run)|(Update)|(Stop)|(Remove)).*'
+      File: /tmp/cri-full-message.dump
+
+``Config`` is a comma-separated list of ``LEVEL:REGEXP`` rules; a rule's regexp must match the
+whole method name (``CreateContainer``, ``PullImage``), and the last matching rule wins.
+``full`` dumps complete request and response messages, ``short`` one-line summaries, ``off``
+nothing. Entries go to the ``resmgr.dump`` logger and, if ``File`` is set, as JSON lines to
+that file. With policy ``none`` this makes the relay a pure CRI message dumper.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from google.protobuf import text_format
+from google.protobuf.message import DecodeError, Message
+
+from resmgr.relay.methods import cri_methods
+
+log = logging.getLogger(__name__)
+
+LEVELS = ("off", "short", "full")
+SHORT_LIMIT = 200
+
+
+class DumpConfigError(ValueError):
+    """A ``dump:`` section that cannot be used; the message names the offending rule."""
+
+
+@dataclass(frozen=True)
+class DumpRule:
+    level: str
+    pattern: re.Pattern[str]
+
+
+@dataclass(frozen=True)
+class DumpConfig:
+    rules: tuple[DumpRule, ...] = ()
+    file: str | None = None
+
+    def level_for(self, method: str) -> str:
+        level = "off"
+        for rule in self.rules:
+            if rule.pattern.fullmatch(method):
+                level = rule.level
+        return level
+
+
+def parse_dump_rules(text: str) -> tuple[DumpRule, ...]:
+    """Parse ``'off:.*,short:Create.*'``. Commas inside regexps are allowed within (), [] and {}."""
+    rules: list[DumpRule] = []
+    for item in _split_rules(text):
+        level, sep, regexp = item.partition(":")
+        level = level.strip().lower()
+        if not sep or level not in LEVELS:
+            raise DumpConfigError(f"dump.Config: rule {item!r} must be LEVEL:REGEXP with LEVEL one of "
+                                  f"{', '.join(LEVELS)}")
+        try:
+            pattern = re.compile(regexp.strip())
+        except re.error as err:
+            raise DumpConfigError(f"dump.Config: rule {item!r} has an invalid regexp: {err}") from None
+        rules.append(DumpRule(level, pattern))
+    return tuple(rules)
+
+
+def _split_rules(text: str) -> list[str]:
+    items, depth, current = [], 0, []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        if ch == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    items.append("".join(current))
+    return [item.strip() for item in items if item.strip()]
+
+
+def dump_config_from_section(section: dict[str, Any] | None) -> DumpConfig:
+    """Build a DumpConfig from the parsed ``dump:`` mapping (keys ``Config`` and ``File``)."""
+    if not section:
+        return DumpConfig()
+    if not isinstance(section, dict):
+        raise DumpConfigError("dump: must be a mapping with keys Config and File")
+    unknown = set(section) - {"Config", "File"}
+    if unknown:
+        raise DumpConfigError(f"dump: unknown key(s) {', '.join(sorted(unknown))}; known: Config, File")
+    rules_text = section.get("Config") or ""
+    if not isinstance(rules_text, str):
+        raise DumpConfigError("dump.Config must be a string like 'off:.*,full:Create.*'")
+    file = section.get("File") or None
+    if file is not None and not isinstance(file, str):
+        raise DumpConfigError("dump.File must be a file path")
+    return DumpConfig(rules=parse_dump_rules(rules_text), file=file)
+
+
+def _render(message_bytes: bytes | None, message_class: type[Message] | None, level: str) -> str | None:
+    if message_bytes is None:
+        return None
+    if message_class is None:
+        return f"<{len(message_bytes)} bytes, unknown message type>"
+    try:
+        message = message_class.FromString(message_bytes)
+    except DecodeError:
+        return f"<{len(message_bytes)} undecodable bytes>"
+    if level == "full":
+        return text_format.MessageToString(message)
+    text = text_format.MessageToString(message, as_one_line=True)
+    return text if len(text) <= SHORT_LIMIT else text[:SHORT_LIMIT] + "..."
+
+
+@dataclass
+class Dumper:
+    """Decides per method whether to dump and writes entries. Thread-safe."""
+
+    config: DumpConfig = field(default_factory=DumpConfig)
+
+    def __post_init__(self) -> None:
+        self._levels: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+        self._open_file()
+
+    def _open_file(self) -> None:
+        if self.config.file:
+            try:
+                self._file = open(self.config.file, "a", encoding="utf-8")  # noqa: SIM115 - kept open
+            except OSError as err:
+                log.error("cannot open dump file; dumping to the log only",
+                          extra={"file": self.config.file, "error": str(err)})
+
+    def reconfigure(self, config: DumpConfig) -> None:
+        with self._lock:
+            if self._file:
+                self._file.close()
+                self._file = None
+            self.config = config
+            self._levels = {}
+            self._open_file()
+
+    def close(self) -> None:
+        self.reconfigure(DumpConfig())
+
+    def level(self, method: str) -> str:
+        level = self._levels.get(method)
+        if level is None:
+            level = self._levels[method] = self.config.level_for(method)
+        return level
+
+    def enabled(self, method: str) -> bool:
+        return self.level(method) != "off"
+
+    def dump(self, path: str, method: str, request: bytes | None, response: bytes | None,
+             error: str | None, latency: float, *, started: float | None = None) -> dict[str, Any] | None:
+        """Write one entry for a finished call; returns the entry (None if off for this method)."""
+        level = self.level(method)
+        if level == "off":
+            return None
+        entry_method = cri_methods().get(path)
+        entry: dict[str, Any] = {
+            "ts": _timestamp(started if started is not None else time.time()),
+            "method": method,
+            "latency_ms": round(latency * 1e3, 3),
+            "request": _render(request, entry_method.request_class if entry_method else None, level),
+        }
+        if error is not None:
+            entry["error"] = error
+        else:
+            entry["response"] = _render(response, entry_method.response_class if entry_method else None,
+                                        level)
+        log.info("%s %s", "=>" if error is None else "=>!", method, extra={"dump": entry})
+        if self._file:
+            line = json.dumps(entry, ensure_ascii=False)
+            with self._lock:
+                if self._file:
+                    self._file.write(line + "\n")
+                    self._file.flush()
+        return entry
+
+
+def _timestamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"

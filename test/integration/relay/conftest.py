@@ -1,0 +1,53 @@
+"""Fixtures for relay integration tests: the real cri-resmgr in front of the shared containerd."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from integration.relay.relay_process import RelayProcess
+
+from resmgr.hooks import NoopHook, ResourceManagerHook
+from resmgr.relay.server import Relay
+
+DUMP_CONFIG = """\
+dump:
+  Config: 'off:.*,full:((Create)|(Start)|(Run)|(Update)|(Stop)|(Remove)).*,short:ListContainers'
+  File: {file}
+"""
+
+
+@pytest.fixture(scope="module")
+def relay(containerd) -> Iterator[RelayProcess]:
+    """cri-resmgr (policy none) with message dumping on, as a separate process."""
+    workdir = Path(tempfile.mkdtemp(prefix="relay-", dir="/tmp"))
+    config = workdir / "force.cfg"
+    config.write_text(DUMP_CONFIG.format(file=workdir / "dump.jsonl"))
+    proc = RelayProcess(workdir, containerd.socket, args=["--force-config", str(config)])
+    try:
+        yield proc.start()
+    finally:
+        proc.stop()
+        containerd.remove_all()
+
+
+@pytest.fixture
+def inproc_relay(containerd) -> Iterator[Callable[..., Relay]]:
+    """Start Relay objects in this process (to inject hooks); stopped and cleaned up after the test."""
+    relays: list[Relay] = []
+    workdir = Path(tempfile.mkdtemp(prefix="relay-", dir="/tmp"))
+
+    def start(hook: ResourceManagerHook | None = None, runtime_socket: str | None = None, **kwargs) -> Relay:
+        relay = Relay(relay_socket=str(workdir / f"r{len(relays)}.sock"),
+                      runtime_socket=runtime_socket or containerd.socket, hook=hook or NoopHook(), **kwargs)
+        relays.append(relay)
+        relay.start()
+        relay.endpoint = "unix://" + relay.relay_socket  # type: ignore[attr-defined]
+        return relay
+
+    yield start
+    for relay in relays:
+        relay.stop(grace=1)
+    containerd.remove_all()

@@ -1,0 +1,96 @@
+"""Run the real ``cri-resmgr`` program against a runtime socket, for integration tests and benchmarks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import sys
+import urllib.request
+from pathlib import Path
+
+import grpc
+from cri_api.v1 import api_pb2, api_pb2_grpc
+from fixtures.procs import Process
+
+
+def cri_resmgr_executable() -> str:
+    exe = shutil.which("cri-resmgr", path=str(Path(sys.executable).parent))
+    if not exe:
+        raise RuntimeError("cri-resmgr is not installed in the venv; run `make setup`")
+    return exe
+
+
+def answers_version(endpoint: str) -> bool:
+    with grpc.insecure_channel(endpoint) as channel:
+        try:
+            api_pb2_grpc.RuntimeServiceStub(channel).Version(api_pb2.VersionRequest(), timeout=2)
+        except grpc.RpcError:
+            return False
+    return True
+
+
+class RelayProcess:
+    """``cri-resmgr`` on ``workdir/relay.sock`` relaying to ``runtime_socket``; JSON logs in ``workdir``."""
+
+    def __init__(self, workdir: Path, runtime_socket: str, *, args: list[str] | None = None,
+                 name: str = "cri-resmgr") -> None:
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.socket = str(workdir / "relay.sock")
+        self.endpoint = "unix://" + self.socket
+        self.pid_file = workdir / "cri-resmgr.pid"
+        self.argv = [cri_resmgr_executable(), "--relay-socket", self.socket, "--runtime-socket", runtime_socket,
+                     "--pid-file", str(self.pid_file), "--relay-dir", str(workdir / "state"),
+                     "--metrics-address", "127.0.0.1:0", "--log-format", "json", *(args or [])]
+        self.name = name
+        self.proc: Process | None = None
+
+    def start(self, timeout: float = 60) -> RelayProcess:
+        self.proc = Process(self.name, self.argv, self.workdir)
+        self.proc.wait_until(lambda: answers_version(self.endpoint), "relay answers CRI Version", timeout)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def log_entries(self) -> list[dict]:
+        assert self.proc is not None
+        entries = []
+        for line in self.proc.log_path.read_text(errors="replace").splitlines():
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                entries.append({"msg": line, "level": "raw"})
+        return entries
+
+    def metrics_url(self) -> str:
+        for entry in self.log_entries():
+            if entry.get("msg") == "serving metrics":
+                return f"http://{entry['address']}/metrics"
+        raise RuntimeError("relay did not log its metrics address")
+
+    def metrics_text(self) -> str:
+        return urllib.request.urlopen(self.metrics_url(), timeout=10).read().decode()
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.popen.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.popen.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop(sig=signal.SIGTERM)
+
+
+def metric_value(text: str, sample: str) -> float:
+    """The value of one exposition line, e.g. ``cri_resmgr_requests_total{code="OK",method="Version"}``."""
+    for line in text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

@@ -1,0 +1,181 @@
+"""The interception rules: hook errors and undecodable messages never change or fail a request.
+
+``forward`` here is the function the server passes in (it sends bytes to the runtime); the
+end-to-end path against real containerd is covered in test/integration/relay.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from cri_api.v1 import api_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from resmgr.hooks import INTERCEPTED_METHODS, ContainerUpdate, HookResult, NoopHook
+from resmgr.metrics import RelayMetrics
+from resmgr.relay.interception import Interceptor
+from resmgr.relay.methods import RUNTIME_SERVICE, cri_methods
+
+CREATE = cri_methods()[f"/{RUNTIME_SERVICE}/CreateContainer"]
+
+
+def create_request(cpus: str = "") -> api_pb2.CreateContainerRequest:
+    req = api_pb2.CreateContainerRequest(pod_sandbox_id="pod1")
+    req.config.metadata.name = "c"
+    req.config.linux.resources.cpuset_cpus = cpus
+    return req
+
+
+RESPONSE = api_pb2.CreateContainerResponse(container_id="cid").SerializeToString()
+
+
+class Recorder:
+    def __init__(self, response: bytes = RESPONSE, error: Exception | None = None) -> None:
+        self.sent: list[bytes] = []
+        self.updates: list[api_pb2.UpdateContainerResourcesRequest] = []
+        self.response, self.error = response, error
+
+    def forward(self, raw: bytes) -> bytes:
+        self.sent.append(raw)
+        if self.error:
+            raise self.error
+        return self.response
+
+    def send_update(self, raw: bytes) -> None:
+        self.updates.append(api_pb2.UpdateContainerResourcesRequest.FromString(raw))
+
+
+def counter(metrics: RelayMetrics, name: str, labels: dict[str, str]) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+class PinningHook:
+    """Pins new containers to CPU 3 and shrinks container 'other' when one is created."""
+
+    def __init__(self) -> None:
+        self.after_calls: list[tuple[str, object]] = []
+
+    def before(self, method, request):
+        new = type(request)()
+        new.CopyFrom(request)
+        new.config.linux.resources.cpuset_cpus = "3"
+        return HookResult(request=new, updates=[ContainerUpdate("other", cpuset_cpus="0-2", reason="make room")])
+
+    def after(self, method, request, response):
+        self.after_calls.append((method, response.container_id))
+        return [ContainerUpdate("other2", cpuset_mems="0")]
+
+
+def test_hook_can_change_the_request_and_update_other_containers():
+    rec, metrics, hook = Recorder(), RelayMetrics(), PinningHook()
+    response = Interceptor(hook, metrics, rec.send_update).handle(CREATE, create_request().SerializeToString(),
+                                                                  rec.forward)
+    assert response == RESPONSE
+    assert api_pb2.CreateContainerRequest.FromString(rec.sent[0]).config.linux.resources.cpuset_cpus == "3"
+    assert [(u.container_id, u.linux.cpuset_cpus, u.linux.cpuset_mems) for u in rec.updates] == [
+        ("other", "0-2", ""), ("other2", "", "0")]
+    assert hook.after_calls == [("CreateContainer", "cid")]
+    assert counter(metrics, "cri_resmgr_container_updates_total", {"result": "ok"}) == 2
+
+
+def test_undecodable_request_passes_through_unchanged_and_is_counted():
+    rec, metrics = Recorder(), RelayMetrics()
+    hook = PinningHook()
+    garbage = b"\x0a\xff\xff\xff\xff"  # a length-delimited field running past the end
+    assert Interceptor(hook, metrics, rec.send_update).handle(CREATE, garbage, rec.forward) == RESPONSE
+    assert rec.sent == [garbage] and rec.updates == [] and hook.after_calls == []
+    assert counter(metrics, "cri_resmgr_relay_errors_total",
+                   {"method": "CreateContainer", "kind": "undecodable_request"}) == 1
+
+
+class FailingHook:
+    def __init__(self, phase: str) -> None:
+        self.phase = phase
+
+    def before(self, method, request):
+        if self.phase == "before":
+            raise RuntimeError("policy bug")
+        if self.phase == "bad-type":
+            return HookResult(request=api_pb2.VersionRequest())
+        if self.phase == "bad-result":
+            return "nonsense"
+        return HookResult(updates=[ContainerUpdate(""), "junk"]) if self.phase == "bad-updates" else HookResult()
+
+    def after(self, method, request, response):
+        if self.phase == "after":
+            raise RuntimeError("policy bug after")
+        return []
+
+
+@pytest.mark.parametrize("phase, label", [("before", "before"), ("after", "after"), ("bad-type", "encode"),
+                                          ("bad-result", "before"), ("bad-updates", "updates")])
+def test_hook_failures_forward_the_original_bytes(phase, label, caplog):
+    rec, metrics = Recorder(), RelayMetrics()
+    raw = create_request("1").SerializeToString()
+    assert Interceptor(FailingHook(phase), metrics, rec.send_update).handle(CREATE, raw, rec.forward) == RESPONSE
+    assert rec.sent == [raw] and rec.updates == []
+    assert counter(metrics, "cri_resmgr_policy_errors_total", {"method": "CreateContainer", "phase": label}) >= 1
+    assert any(r.levelname == "ERROR" for r in caplog.records)
+
+
+def test_runtime_errors_propagate_and_skip_after():
+    hook = PinningHook()
+    rec = Recorder(error=LookupError("runtime said no"))
+    with pytest.raises(LookupError):
+        Interceptor(hook, RelayMetrics(), rec.send_update).handle(CREATE, create_request().SerializeToString(),
+                                                                  rec.forward)
+    assert hook.after_calls == []
+
+
+def test_failed_container_update_is_logged_not_raised(caplog):
+    def broken_update(raw: bytes) -> None:
+        raise OSError("runtime gone")
+    metrics = RelayMetrics()
+    rec = Recorder()
+    Interceptor(PinningHook(), metrics, broken_update).handle(CREATE, create_request().SerializeToString(),
+                                                              rec.forward)
+    assert counter(metrics, "cri_resmgr_container_updates_total", {"result": "error"}) == 2
+    assert "container update failed" in caplog.text
+
+
+def test_calls_are_serialized_under_one_lock():
+    active, overlaps = [0], [0]
+    guard = threading.Lock()
+
+    class SlowHook(NoopHook):
+        def before(self, method, request):
+            with guard:
+                active[0] += 1
+                overlaps[0] = max(overlaps[0], active[0])
+            threading.Event().wait(0.01)
+            with guard:
+                active[0] -= 1
+            return HookResult()
+
+    interceptor = Interceptor(SlowHook(), RelayMetrics(), lambda raw: None)
+    raw = create_request().SerializeToString()
+    threads = [threading.Thread(target=interceptor.handle, args=(CREATE, raw, lambda b: RESPONSE))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlaps[0] == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(method=st.sampled_from(INTERCEPTED_METHODS), raw=st.binary(max_size=256),
+       response=st.binary(max_size=64), behaviour=st.sampled_from(["noop", "before", "after", "bad-type",
+                                                                   "bad-result", "bad-updates", "pin"]))
+def test_fuzz_decode_and_hook_path_never_fails_the_call(method, raw, response, behaviour):
+    cri_method = cri_methods()[f"/{RUNTIME_SERVICE}/{method}"]
+    hook = {"noop": NoopHook(), "pin": PinningHook()}.get(behaviour) or FailingHook(behaviour)
+    rec = Recorder(response=response)
+    out = Interceptor(hook, RelayMetrics(), rec.send_update).handle(cri_method, raw, rec.forward)
+    assert out == response
+    assert len(rec.sent) == 1
+    if behaviour != "pin" or method != "CreateContainer":
+        # Nobody rewrote the request, so the runtime got exactly the caller's bytes.
+        assert rec.sent[0] == raw
