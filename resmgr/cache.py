@@ -1,0 +1,136 @@
+"""The resource manager's persistent cache: one JSON document under ``--relay-dir``.
+
+It holds pods, containers, the policy's allocations, the active policy and the
+last applied config, plus a ``version`` field. Writes are atomic: a temporary
+file in the same directory is written, fsynced and renamed over the cache, so a
+crash leaves either the old or the new state, never a torn file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("resmgr.cache")
+
+CACHE_VERSION = 1
+CACHE_FILE = "cache"
+DEFAULT_RELAY_DIR = "/var/lib/cri-resmgr"
+DEFAULT_RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
+
+
+class CacheError(RuntimeError):
+    """The cache cannot be read/written, or a reset was refused."""
+
+
+@dataclass
+class CacheData:
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    containers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    policy: str | None = None
+    policy_data: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] | None = None
+    config_source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": CACHE_VERSION, "pods": self.pods, "containers": self.containers,
+                "policy": self.policy, "policy_data": self.policy_data,
+                "config": self.config, "config_source": self.config_source}
+
+    @classmethod
+    def from_json(cls, data: Any) -> CacheData:
+        if not isinstance(data, dict):
+            raise CacheError("cache is not a JSON object")
+        version = data.get("version")
+        if version != CACHE_VERSION:
+            raise CacheError(f"cache version {version!r} is not supported (expected {CACHE_VERSION})")
+        try:
+            return cls(pods=dict(data.get("pods") or {}), containers=dict(data.get("containers") or {}),
+                       policy=data.get("policy"), policy_data=dict(data.get("policy_data") or {}),
+                       config=data.get("config"), config_source=str(data.get("config_source") or ""))
+        except (TypeError, ValueError) as exc:
+            raise CacheError(f"malformed cache: {exc}") from None
+
+
+class Cache:
+    """Load/save ``<relay_dir>/cache`` atomically."""
+
+    def __init__(self, relay_dir: str | Path = DEFAULT_RELAY_DIR, *, fsync: bool = True) -> None:
+        self.dir = Path(relay_dir)
+        self.path = self.dir / CACHE_FILE
+        self.fsync = fsync
+
+    def load(self) -> CacheData:
+        """The cached state; an empty state if there is no cache. A corrupt cache is set aside."""
+        try:
+            raw = self.path.read_text()
+        except FileNotFoundError:
+            return CacheData()
+        except OSError as exc:
+            raise CacheError(f"cannot read cache {self.path}: {exc}") from None
+        try:
+            return CacheData.from_json(json.loads(raw))
+        except (ValueError, CacheError) as exc:
+            aside = self.path.with_name(CACHE_FILE + ".corrupt")
+            os.replace(self.path, aside)
+            log.error("cache %s is unusable (%s); moved to %s, starting from an empty cache", self.path, exc, aside)
+            return CacheData()
+
+    def save(self, data: CacheData) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        payload = json.dumps(data.to_json(), sort_keys=True, separators=(",", ":")).encode()
+        fd, tmp = tempfile.mkstemp(prefix=".cache-", dir=self.dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+
+def relay_is_live(socket_path: str | Path) -> bool:
+    """True if something accepts connections on the relay's unix socket."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(str(socket_path))
+    except OSError:
+        return False
+    finally:
+        s.close()
+    return True
+
+
+def reset_cache(relay_dir: str | Path, *, policy: bool, config: bool,
+                relay_socket: str | Path = DEFAULT_RELAY_SOCKET) -> list[str]:
+    """``--reset-policy`` / ``--reset-config``: clear parts of the cache; refuses while a relay is live.
+
+    Returns what was cleared, for the caller to report.
+    """
+    if relay_is_live(relay_socket):
+        raise CacheError(f"a cri-resmgr relay is live on {relay_socket}; stop it before resetting its cache")
+    cache = Cache(relay_dir)
+    data = cache.load()
+    cleared = []
+    if policy:
+        data.policy, data.policy_data = None, {}
+        cleared.append("policy data")
+    if config:
+        data.config, data.config_source = None, ""
+        cleared.append("cached config")
+    if cleared and cache.dir.exists():
+        cache.save(data)
+    return cleared

@@ -1,0 +1,1 @@
+"""Resource policies (none, static, topology-aware, balloons) and their registry."""

@@ -1,0 +1,217 @@
+"""What every policy shares: options resolved against the topology, grants and placements."""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from resmgr.config import ConfigError, parse_cpu_constraint
+from resmgr.policy.cpu_allocator import take_cpus
+from resmgr.resources import KUBE_SYSTEM, ContainerInfo
+from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
+from resmgr.topology.model import Topology
+
+log = logging.getLogger("resmgr.policy")
+
+# A placement: (cpuset cpus, cpuset mems); None leaves that cgroup setting alone.
+Placement = tuple[frozenset[int] | None, frozenset[int] | None]
+
+
+class PolicyError(RuntimeError):
+    """A policy could not make a decision (the relay then passes the request unchanged)."""
+
+
+class RestoreError(PolicyError):
+    """Cached policy state does not fit the current topology/config."""
+
+
+@dataclass
+class CpuResources:
+    """``AvailableResources`` and ``ReservedResources`` resolved to concrete CPUs."""
+
+    available: frozenset[int]
+    reserved: frozenset[int]
+    reserved_milli: int
+
+
+def _constraint_cpus(value: str, field: str, topology: Topology, sysfs_root: Path) -> Any:
+    try:
+        c = parse_cpu_constraint(value)
+    except ValueError as exc:  # pragma: no cover - the schema already checked it
+        raise ConfigError(field, str(exc)) from None
+    if c.kind == "cgroup":
+        path = Path(c.cgroup or "")
+        if not path.name == "cpuset.cpus":
+            path = path / "cpuset.cpus"
+        try:
+            c = type(c)("cpuset", cpus=parse_cpuset(path.read_text()))
+        except (OSError, CpusetError) as exc:
+            raise ConfigError(field, f"cannot read cpuset of cgroup {path}: {exc}") from None
+    return c
+
+
+def resolve_cpu_resources(config: dict[str, Any], topology: Topology, *,
+                          sysfs_root: Path | str = "/", default_reserved: int = 1) -> CpuResources:
+    """Resolve the policy section's CPU constraints on this topology; raises ConfigError."""
+    policy = config.get("policy", {})
+    online = topology.online
+    available = online
+    avail_text = policy.get("AvailableResources", {}).get("cpu")
+    field_a = "policy.AvailableResources.cpu"
+    if avail_text is not None:
+        a = _constraint_cpus(avail_text, field_a, topology, Path(sysfs_root))
+        if a.kind == "cpuset":
+            missing = a.cpus - online
+            if missing:
+                raise ConfigError(field_a, f"CPUs {format_cpuset(missing)} are not online on this node "
+                                           f"(online: {format_cpuset(online)})")
+            if not a.cpus:
+                raise ConfigError(field_a, "the available cpuset is empty")
+            available = a.cpus
+        else:
+            count = a.cpu_count() or 0
+            if count > len(online):
+                raise ConfigError(field_a, f"{count} CPUs requested but the node has {len(online)} online")
+            if count < 1:
+                raise ConfigError(field_a, "at least one CPU must be available")
+            available = take_cpus(topology, online, count)
+    resv_text = policy.get("ReservedResources", {}).get("cpu")
+    field_r = "policy.ReservedResources.cpu"
+    if resv_text is None:
+        milli = min(default_reserved, len(available)) * 1000
+        reserved = take_cpus(topology, available, milli // 1000)
+        return CpuResources(available, reserved, milli)
+    r = _constraint_cpus(resv_text, field_r, topology, Path(sysfs_root))
+    if r.kind == "cpuset":
+        outside = r.cpus - available
+        if outside:
+            raise ConfigError(field_r, f"reserved CPUs {format_cpuset(outside)} are outside the available "
+                                       f"CPUs ({format_cpuset(available)})")
+        return CpuResources(available, r.cpus, len(r.cpus) * 1000)
+    milli = r.milli or 0
+    count = -(-milli // 1000)
+    if count > len(available):
+        raise ConfigError(field_r, f"reserved {resv_text} is larger than the {len(available)} available CPUs")
+    return CpuResources(available, take_cpus(topology, available, count), milli)
+
+
+def namespace_matches(namespace: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
+
+
+def is_reserved_namespace(container: ContainerInfo, patterns: list[str]) -> bool:
+    return container.namespace == KUBE_SYSTEM or namespace_matches(container.namespace, patterns)
+
+
+@dataclass
+class Grant:
+    """One container's allocation; ``pool`` names a pool or a balloon."""
+
+    pool: str
+    kind: str  # "shared" | "exclusive" | "isolated" | "reserved" | "balloon"
+    exclusive: frozenset[int] = frozenset()
+    shared_milli: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pool": self.pool, "kind": self.kind, "exclusive": format_cpuset(self.exclusive),
+                "shared_milli": self.shared_milli}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Grant:
+        return cls(pool=str(data["pool"]), kind=str(data["kind"]),
+                   exclusive=parse_cpuset(str(data.get("exclusive", ""))),
+                   shared_milli=int(data.get("shared_milli", 0)))
+
+
+@dataclass
+class Policy:
+    """Base of all policies. Subclasses set ``name``/``description`` and the hooks below."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+
+    topology: Topology
+    config: dict[str, Any]
+    sysfs_root: str = "/"
+    containers: dict[str, ContainerInfo] = field(default_factory=dict)
+    grants: dict[str, Grant] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.setup()
+
+    # -- hooks for subclasses -------------------------------------------------
+    def setup(self) -> None:
+        """Resolve options against the topology; raise ConfigError naming the field."""
+
+    def decide(self, container: ContainerInfo) -> Grant | None:
+        """The grant for a new container (None: the policy leaves it alone)."""
+        return None
+
+    def on_release(self, cid: str, grant: Grant) -> None:
+        """Give back what ``grant`` held."""
+
+    def placement(self, cid: str) -> Placement:
+        return (None, None)
+
+    def export_extra(self) -> dict[str, Any]:
+        return {}
+
+    def restore_extra(self, data: dict[str, Any]) -> None:
+        """Rebuild derived state from exported data; raise RestoreError if inconsistent."""
+
+    # -- common operations -------------------------------------------------------
+    def allocate(self, cid: str, container: ContainerInfo) -> None:
+        if cid in self.containers:
+            self.release(cid)
+        grant = self.decide(container)
+        self.containers[cid] = container
+        if grant is not None:
+            self.grants[cid] = grant
+
+    def release(self, cid: str) -> None:
+        self.containers.pop(cid, None)
+        grant = self.grants.pop(cid, None)
+        if grant is not None:
+            self.on_release(cid, grant)
+
+    def rename(self, old: str, new: str) -> None:
+        """Re-key a container (a pending allocation gets the runtime's id)."""
+        if old in self.containers:
+            self.containers[new] = self.containers.pop(old)
+        if old in self.grants:
+            self.grants[new] = self.grants.pop(old)
+        self.on_rename(old, new)
+
+    def on_rename(self, old: str, new: str) -> None:
+        """Subclasses that index containers elsewhere re-key them here."""
+
+    def placements(self) -> dict[str, Placement]:
+        return {cid: self.placement(cid) for cid in self.containers}
+
+    def exclusive_sets(self) -> dict[str, frozenset[int]]:
+        """CPUs owned by exactly one container (or balloon) each: used for invariants."""
+        return {cid: g.exclusive for cid, g in self.grants.items() if g.exclusive}
+
+    def export_state(self) -> dict[str, Any]:
+        return {"grants": {cid: g.to_json() for cid, g in self.grants.items()}, **self.export_extra()}
+
+    def restore_state(self, state: dict[str, Any], containers: dict[str, ContainerInfo]) -> None:
+        """Adopt cached grants for ``containers``; raises RestoreError if they do not fit."""
+        try:
+            grants = {cid: Grant.from_json(g) for cid, g in state.get("grants", {}).items()}
+        except (KeyError, TypeError, ValueError, CpusetError) as exc:
+            raise RestoreError(f"malformed cached grants: {exc}") from None
+        unknown = set(grants) - set(containers)
+        if unknown:
+            grants = {cid: g for cid, g in grants.items() if cid in containers}
+        self.containers = dict(containers)
+        self.grants = grants
+        owned: set[int] = set()
+        for cid, g in grants.items():
+            if g.exclusive & owned:
+                raise RestoreError(f"cached exclusive CPUs of {cid} overlap another container")
+            owned |= g.exclusive
+        self.restore_extra(state)

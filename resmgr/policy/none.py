@@ -1,0 +1,10 @@
+"""The ``none`` policy: tracks containers, changes nothing."""
+
+from __future__ import annotations
+
+from resmgr.policy.base import Policy
+
+
+class NonePolicy(Policy):
+    name = "none"
+    description = "A no-op policy: containers run where the runtime puts them."

@@ -1,0 +1,279 @@
+"""The ``topology-aware`` policy: a pool tree over sockets, dies and NUMA nodes.
+
+Each pool owns the available CPUs under its part of the tree. A container goes
+to the deepest (smallest) pool that fits it, the one with the most free shared
+capacity among equals, which spreads load across NUMA nodes. Guaranteed
+containers get their whole CPUs exclusively (kernel-isolated CPUs first when
+``PreferIsolatedCPUs``), and the fractional rest on the pool's shared CPUs;
+Burstable and BestEffort containers share. ``kube-system`` and
+``ReservedPoolNamespaces`` run on the reserved CPUs. ``PinMemory`` pins memory
+to the pool's NUMA nodes. Preferences can be overridden per pod or container
+with cri-resource-manager's annotations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from resmgr.policy.base import (
+    Grant,
+    Placement,
+    Policy,
+    RestoreError,
+    is_reserved_namespace,
+    log,
+    resolve_cpu_resources,
+)
+from resmgr.policy.cpu_allocator import AllocationError, take_cpus
+from resmgr.resources import QOS_BESTEFFORT, QOS_GUARANTEED, ContainerInfo, preference_flag
+from resmgr.topology.cpuset import format_cpuset
+
+RESERVED = "reserved"
+PREFER_ISOLATED_KEY = "prefer-isolated-cpus.cri-resource-manager.intel.com"
+PREFER_SHARED_KEY = "prefer-shared-cpus.cri-resource-manager.intel.com"
+
+DEFAULTS = {"PinCPU": True, "PinMemory": True, "PreferIsolatedCPUs": True, "PreferSharedCPUs": False,
+            "ReservedPoolNamespaces": ["kube-system"], "ColocatePods": False, "ColocateNamespaces": False}
+
+
+@dataclass
+class Pool:
+    name: str
+    cpus: frozenset[int]
+    mems: frozenset[int]
+    depth: int
+    parent: Pool | None = None
+    children: list[Pool] = field(default_factory=list)
+    subtree: list[Pool] = field(default_factory=list)  # self and all descendants
+    ancestors: list[Pool] = field(default_factory=list)
+
+
+class TopologyAwarePolicy(Policy):
+    name = "topology-aware"
+    description = "Pool tree of sockets, dies and NUMA nodes; exclusive, isolated and shared CPUs."
+
+    def setup(self) -> None:
+        opts = dict(DEFAULTS)
+        opts.update(self.config.get("policy", {}).get("topology-aware", {}))
+        self.opts = opts
+        res = resolve_cpu_resources(self.config, self.topology, sysfs_root=self.sysfs_root)
+        self.available, self.reserved = res.available, res.reserved
+        self.isolated = (self.topology.isolated & self.available) - self.reserved
+        self.pools: dict[str, Pool] = {}
+        self._build_tree()
+        self._taken: set[int] = set()
+        self._direct: dict[str, int] = {name: 0 for name in self.pools}
+        self._users: dict[str, int] = {name: 0 for name in self.pools}
+        self._recompute_shared()
+
+    # -- pool tree ------------------------------------------------------------------
+    def _add(self, name: str, cpus: frozenset[int], parent: Pool | None) -> Pool | None:
+        cpus = cpus & self.available
+        if not cpus:
+            return None
+        if parent is not None and cpus == parent.cpus:
+            return parent  # a single child adds nothing: collapse the level
+        pool = Pool(name=name, cpus=cpus, mems=self.topology.nodes_of(cpus),
+                    depth=0 if parent is None else parent.depth + 1, parent=parent)
+        if parent is not None:
+            parent.children.append(pool)
+        self.pools[name] = pool
+        return pool
+
+    def _build_tree(self) -> None:
+        topo = self.topology
+        root = self._add("root", topo.online, None)
+        assert root is not None
+        for pkg, pkg_cpus in topo.packages.items():
+            socket = self._add(f"socket #{pkg}", pkg_cpus, root)
+            if socket is None:
+                continue
+            for (dpkg, die), die_cpus in topo.dies.items():
+                if dpkg != pkg:
+                    continue
+                die_pool = self._add(f"die #{pkg}.{die}", die_cpus, socket)
+                if die_pool is None:
+                    continue
+                for node, node_cpus in topo.nodes.items():
+                    if node_cpus & die_cpus:
+                        self._add(f"NUMA node #{node}", node_cpus & die_cpus, die_pool)
+        for pool in self.pools.values():
+            pool.subtree = [p for p in self.pools.values() if self._is_under(p, pool)]
+            a, pool.ancestors = pool.parent, []
+            while a is not None:
+                pool.ancestors.append(a)
+                a = a.parent
+        self._by_depth = sorted(self.pools.values(), key=lambda p: (-p.depth, p.name))
+
+    @staticmethod
+    def _is_under(p: Pool, ancestor: Pool) -> bool:
+        while p is not None:
+            if p is ancestor:
+                return True
+            p = p.parent
+        return False
+
+    def _recompute_shared(self) -> None:
+        base = self.available - self.reserved - self.isolated
+        self._shared = {name: (pool.cpus & base) - self._taken for name, pool in self.pools.items()}
+        # One placement tuple per pool, shared by all its shared containers (cheap diffs).
+        self._pool_placement = {name: self._pin(self._shared[name], pool.mems) for name, pool in self.pools.items()}
+        self._reserved_placement = self._pin(self.reserved, self.topology.nodes_of(self.reserved))
+
+    def _pin(self, cpus: frozenset[int], mems: frozenset[int]) -> Placement:
+        return (cpus if self.opts["PinCPU"] else None, mems if self.opts["PinMemory"] else None)
+
+    # -- accounting -------------------------------------------------------------------
+    def _used(self, pool: Pool) -> int:
+        used = sum(self._direct[q.name] for q in pool.subtree)
+        for a in pool.ancestors:
+            if self._direct[a.name]:
+                used += self._direct[a.name] * len(pool.cpus) // len(a.cpus)
+        return used
+
+    def _shared_users(self, pool: Pool) -> int:
+        return sum(self._users[q.name] for q in pool.subtree)
+
+    def _free_shared(self, pool: Pool) -> int:
+        return len(self._shared[pool.name]) * 1000 - self._used(pool)
+
+    def _free_isolated(self, pool: Pool) -> frozenset[int]:
+        return (pool.cpus & self.isolated) - self._taken
+
+    # -- decisions -----------------------------------------------------------------------
+    def _preferences(self, c: ContainerInfo) -> tuple[int, int, bool]:
+        """(whole exclusive CPUs, shared milli-CPU, prefer isolated) for a container."""
+        if c.qos == QOS_BESTEFFORT:
+            return 0, 0, False
+        full, frac = 0, c.request_milli
+        if c.qos == QOS_GUARANTEED:
+            full, frac = divmod(c.request_milli, 1000)
+        shared = preference_flag(c, PREFER_SHARED_KEY)
+        if shared is None:
+            shared = bool(self.opts["PreferSharedCPUs"])
+        if shared:
+            full, frac = 0, c.request_milli
+        isolate = preference_flag(c, PREFER_ISOLATED_KEY)
+        if isolate is None:
+            isolate = bool(self.opts["PreferIsolatedCPUs"])
+        return full, frac, isolate
+
+    def _exclusive_fits(self, pool: Pool, cpus: frozenset[int], frac: int) -> bool:
+        """Would taking ``cpus`` from ``pool`` leave every affected pool enough shared CPUs?"""
+        for q in [pool, *pool.ancestors, *pool.subtree]:
+            if not (q.cpus & cpus) and q is not pool:
+                continue
+            remaining = len(self._shared[q.name] - cpus)
+            used = self._used(q) + (frac if q is pool else 0)
+            users = self._shared_users(q) + (1 if frac and q is pool else 0)
+            if remaining * 1000 < used or (users and not remaining):
+                return False
+        return True
+
+    def _colocated_pool(self, c: ContainerInfo) -> Pool | None:
+        if not (self.opts["ColocatePods"] or self.opts["ColocateNamespaces"]):
+            return None
+        for cid, g in self.grants.items():
+            other = self.containers.get(cid)
+            if other is None or g.pool == RESERVED:
+                continue
+            if (self.opts["ColocatePods"] and other.pod_id == c.pod_id) or (
+                    self.opts["ColocateNamespaces"] and other.namespace == c.namespace):
+                return self.pools.get(g.pool)
+        return None
+
+    def _try_pool(self, pool: Pool, full: int, frac: int, isolate: bool) -> Grant | None:
+        if full:
+            free_iso = self._free_isolated(pool)
+            if isolate and len(free_iso) >= full and self._free_shared(pool) >= frac:
+                cpus = take_cpus(self.topology, free_iso, full)
+                return Grant(pool=pool.name, kind="isolated", exclusive=cpus, shared_milli=frac)
+            sharable = self._shared[pool.name]
+            if len(sharable) < full:
+                return None
+            try:
+                cpus = take_cpus(self.topology, sharable, full)
+            except AllocationError:
+                return None
+            if not self._exclusive_fits(pool, cpus, frac):
+                return None
+            return Grant(pool=pool.name, kind="exclusive", exclusive=cpus, shared_milli=frac)
+        if not self._shared[pool.name] or self._free_shared(pool) < frac:
+            return None
+        return Grant(pool=pool.name, kind="shared", shared_milli=frac)
+
+    def decide(self, c: ContainerInfo) -> Grant:
+        if is_reserved_namespace(c, list(self.opts["ReservedPoolNamespaces"])):
+            return Grant(pool=RESERVED, kind="reserved", shared_milli=c.request_milli)
+        full, frac, isolate = self._preferences(c)
+        grant = None
+        colocated = self._colocated_pool(c)
+        if colocated is not None:
+            grant = self._try_pool(colocated, full, frac, isolate)
+        if grant is None:
+            # Deepest pools first; among equals the one with the most free shared capacity.
+            def rank(p: Pool) -> tuple:
+                lacks_isolated = bool(full and isolate and len(self._free_isolated(p)) < full)
+                return (-p.depth, lacks_isolated, -self._free_shared(p), p.name)
+
+            ordered = sorted(self._by_depth, key=rank)
+            for pool in ordered:
+                grant = self._try_pool(pool, full, frac, isolate)
+                if grant is not None:
+                    break
+        if grant is None:
+            log.warning("topology-aware: no pool fits %s/%s (full=%d, shared=%dm); sharing the root pool",
+                        c.pod_name, c.name, full, frac)
+            grant = Grant(pool="root", kind="shared", shared_milli=c.request_milli)
+        self._account(grant, +1)
+        return grant
+
+    def _account(self, grant: Grant, sign: int) -> None:
+        if grant.pool == RESERVED:
+            return
+        if grant.exclusive:
+            if sign > 0:
+                self._taken |= grant.exclusive
+            else:
+                self._taken -= grant.exclusive
+            self._recompute_shared()
+        if grant.kind == "shared" or grant.shared_milli:
+            self._direct[grant.pool] += sign * grant.shared_milli
+            self._users[grant.pool] += sign
+
+    def on_release(self, cid: str, grant: Grant) -> None:
+        self._account(grant, -1)
+
+    def placement(self, cid: str) -> Placement:
+        grant = self.grants.get(cid)
+        if grant is None:
+            return (None, None)
+        if grant.pool == RESERVED:
+            return self._reserved_placement
+        if not grant.exclusive:
+            return self._pool_placement[grant.pool]
+        pool = self.pools[grant.pool]
+        cpus = grant.exclusive
+        if grant.shared_milli:
+            cpus = cpus | self._shared[pool.name]
+        return self._pin(cpus, pool.mems)
+
+    def restore_extra(self, data: dict[str, Any]) -> None:
+        self._taken = set()
+        self._direct = {name: 0 for name in self.pools}
+        self._users = {name: 0 for name in self.pools}
+        self._recompute_shared()
+        for cid, g in self.grants.items():
+            if g.pool != RESERVED and g.pool not in self.pools:
+                raise RestoreError(f"cached pool {g.pool!r} of {cid} does not exist on this topology")
+            if g.exclusive:
+                pool = self.pools[g.pool]
+                allowed = pool.cpus - self.reserved
+                if g.exclusive - allowed or g.exclusive & self._taken:
+                    raise RestoreError(f"cached exclusive CPUs {format_cpuset(g.exclusive)} of {cid} "
+                                       f"do not fit pool {g.pool}")
+            self._account(g, +1)
+
+    def describe_pools(self) -> dict[str, str]:
+        return {name: format_cpuset(self._shared[name]) for name in self.pools}

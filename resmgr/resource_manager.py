@@ -1,0 +1,452 @@
+"""The resource manager: the relay's hook that applies the active policy to CRI requests.
+
+It implements ``resmgr.hooks.ResourceManagerHook``:
+
+* ``RunPodSandbox``: records the pod (after the runtime assigned its id).
+* ``CreateContainer``: estimates the container's resources, lets the policy decide,
+  and writes ``cpuset_cpus``/``cpuset_mems`` into the request's Linux resources.
+  The runtime's container id is bound in ``after``. If the runtime fails the call
+  (``after`` never comes), the allocation is released at the next hook call:
+  calls are serialised by the relay, so nothing else can interleave.
+* ``UpdateContainerResources``: keeps the policy's cpuset in kubelet's updates.
+* ``StopContainer``/``StopPodSandbox``: release CPUs; ``RemoveContainer``/
+  ``RemovePodSandbox``: also forget the container/pod.
+
+Whenever a decision changes other containers' cpusets (a shared pool shrinks or
+grows, a balloon is resized), ``ContainerUpdate``s for them are returned, and
+the relay sends them to the runtime. State is persisted in the cache after every
+change that the runtime confirmed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import Message
+
+from resmgr.cache import DEFAULT_RELAY_DIR, Cache, CacheData
+from resmgr.config import ConfigError, validate_config_text
+from resmgr.hooks import ContainerUpdate, HookResult
+from resmgr.policy.base import Placement, Policy, RestoreError
+from resmgr.policy.registry import active_policy_name, create_policy
+from resmgr.resources import (
+    ContainerInfo,
+    PodInfo,
+    container_from_create_request,
+    container_from_listed,
+    pod_from_listed_sandbox,
+    pod_from_sandbox_config,
+)
+from resmgr.topology.cpuset import format_cpuset
+from resmgr.topology.model import Topology
+from resmgr.topology.sysfs import discover_topology
+
+log = logging.getLogger("resmgr.resource-manager")
+
+PENDING_PREFIX = "pending:"
+# CRI ContainerState values (runtime.v1.ContainerState).
+CONTAINER_EXITED = 2
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read and validate a config file (``--fallback-config``/``--force-config``)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError("<document>", f"cannot read config file: {exc.strerror or exc}", source=str(path)) from None
+    return validate_config_text(text, source=str(path))
+
+
+def _fmt(cpus: frozenset[int] | None) -> str | None:
+    return None if cpus is None else format_cpuset(cpus)
+
+
+def diff_placements(old: dict[str, Placement], new: dict[str, Placement], *, skip: str = "",
+                    reason: str = "") -> list[ContainerUpdate]:
+    """ContainerUpdates for containers present in both whose cpuset/mems changed."""
+    updates: list[ContainerUpdate] = []
+    same: dict[tuple[int, int], bool] = {}  # shared pools are one object for many containers
+    for cid, now in new.items():
+        if cid == skip or cid.startswith(PENDING_PREFIX):
+            continue
+        before = old.get(cid)
+        if before is None or before is now:
+            continue
+        key = (id(before), id(now))
+        equal = same.get(key)
+        if equal is None:
+            equal = same[key] = before == now
+        if equal:
+            continue
+        cpus, mems = now
+        if cpus is None and mems is None:
+            continue
+        updates.append(ContainerUpdate(container_id=cid, cpuset_cpus=_fmt(cpus), cpuset_mems=_fmt(mems),
+                                       reason=reason))
+    return updates
+
+
+class ResourceManager:
+    """Holds pods, containers and the active policy; implements the relay hook."""
+
+    def __init__(self, topology: Topology, *, relay_dir: str | Path = DEFAULT_RELAY_DIR,
+                 fallback_config: dict[str, Any] | None = None, force_config: dict[str, Any] | None = None,
+                 disable_policy_switch: bool = False, sysfs_root: str = "/", cache_fsync: bool = True) -> None:
+        self.topology = topology
+        self.sysfs_root = sysfs_root
+        self.cache = Cache(relay_dir, fsync=cache_fsync)
+        self.forced = force_config is not None
+        self._lock = threading.RLock()
+        self._pending: str | None = None
+        self._seq = count()
+        data = self.cache.load()
+        self.pods: dict[str, PodInfo] = {}
+        self.containers: dict[str, ContainerInfo] = {}
+        for pid, p in data.pods.items():
+            try:
+                self.pods[pid] = PodInfo.from_json(p)
+            except TypeError as exc:
+                log.error("dropping malformed cached pod %s: %s", pid, exc)
+        for cid, c in data.containers.items():
+            try:
+                self.containers[cid] = ContainerInfo.from_json(c)
+            except TypeError as exc:
+                log.error("dropping malformed cached container %s: %s", cid, exc)
+        config, source = self._startup_config(data, fallback_config, force_config, disable_policy_switch)
+        self.policy = self._startup_policy(config, source, fallback_config)
+        self.config, self.config_source = self._startup_choice
+        if data.policy == self.policy.name and data.policy_data:
+            self._restore(data.policy_data)
+        else:
+            if data.policy and data.policy != self.policy.name:
+                log.info("switching policy from %s to %s at startup", data.policy, self.policy.name)
+            self._reallocate_all()
+        self.save()
+        log.info("resource manager ready: policy %s (config from %s) on %s", self.policy.name, source,
+                 topology.describe())
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_options(cls, *, relay_dir: str | Path = DEFAULT_RELAY_DIR, fallback_config: str | None = None,
+                     force_config: str | None = None, disable_policy_switch: bool = False,
+                     sysfs_root: str = "/", cache_fsync: bool = True) -> ResourceManager:
+        """Build from the CLI's flags: config file paths and the sysfs root. Raises ConfigError/TopologyError."""
+        fallback = read_config_file(fallback_config) if fallback_config else None
+        force = read_config_file(force_config) if force_config else None
+        return cls(discover_topology(sysfs_root), relay_dir=relay_dir, fallback_config=fallback,
+                   force_config=force, disable_policy_switch=disable_policy_switch, sysfs_root=sysfs_root,
+                   cache_fsync=cache_fsync)
+
+    def _startup_config(self, data: CacheData, fallback: dict[str, Any] | None, force: dict[str, Any] | None,
+                        disable_switch: bool) -> tuple[dict[str, Any], str]:
+        # Precedence as in cri-resource-manager: forced config, then the last config the
+        # agent pushed (cached), then the fallback file, then no policy at all.
+        if force is not None:
+            config, source = force, "force-config"
+        elif data.config is not None:
+            config, source = data.config, data.config_source or "cache"
+        elif fallback is not None:
+            config, source = fallback, "fallback-config"
+        else:
+            config, source = {}, "defaults"
+        wanted = active_policy_name(config)
+        if disable_switch and data.policy and data.policy != wanted:
+            log.error("policy switch from %s to %s refused (--disable-policy-switch); keeping %s",
+                      data.policy, wanted, data.policy)
+            if data.config is not None and active_policy_name(data.config) == data.policy:
+                return data.config, data.config_source or "cache"
+            return {"policy": {"Active": data.policy}}, "cache"
+        return config, source
+
+    def _startup_policy(self, config: dict[str, Any], source: str,
+                        fallback: dict[str, Any] | None) -> Policy:
+        """The policy for the startup config; a cached config that no longer fits falls back."""
+        candidates = [(config, source)]
+        if source not in ("force-config", "fallback-config") and fallback is not None:
+            candidates.append((fallback, "fallback-config"))
+        if source != "force-config":
+            candidates.append(({}, "defaults"))
+        for i, (cfg, src) in enumerate(candidates):
+            try:
+                policy = create_policy(cfg, self.topology, sysfs_root=self.sysfs_root)
+            except ConfigError as exc:
+                if i == len(candidates) - 1:
+                    raise exc.with_source(src) from None
+                log.error("config from %s does not fit this node: %s; trying the next source", src, exc)
+                continue
+            self._startup_choice = (cfg, src)
+            return policy
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- state ------------------------------------------------------------------------------
+    def _restore(self, policy_data: dict[str, Any]) -> None:
+        try:
+            self.policy.restore_state(policy_data, self.containers)
+        except RestoreError as exc:
+            log.error("cached %s allocations are unusable (%s); re-allocating all containers",
+                      self.policy.name, exc)
+            self._reallocate_all()
+            return
+        for cid, c in self.containers.items():
+            if cid not in self.policy.grants and self.policy.name != "none":
+                self.policy.allocate(cid, c)
+
+    def _reallocate_all(self) -> None:
+        self.policy.containers.clear()
+        self.policy.grants.clear()
+        for cid, c in self.containers.items():
+            self.policy.allocate(cid, c)
+
+    def save(self) -> None:
+        data = CacheData(
+            pods={pid: p.to_json() for pid, p in self.pods.items()},
+            containers={cid: c.to_json() for cid, c in self.containers.items()},
+            policy=self.policy.name,
+            policy_data={k: v for k, v in self.policy.export_state().items()} if self._pending is None
+            else self._export_without_pending(),
+            config=self.config,
+            config_source=self.config_source,
+        )
+        self.cache.save(data)
+
+    def _export_without_pending(self) -> dict[str, Any]:
+        state = self.policy.export_state()
+        state["grants"] = {k: v for k, v in state.get("grants", {}).items() if not k.startswith(PENDING_PREFIX)}
+        for b in state.get("balloons", []):
+            b["members"] = {k: v for k, v in b.get("members", {}).items() if not k.startswith(PENDING_PREFIX)}
+        return state
+
+    def placements(self) -> dict[str, tuple[str | None, str | None]]:
+        """Container id -> (cpuset cpus, cpuset mems) as the policy wants them now."""
+        with self._lock:
+            return {cid: (_fmt(c), _fmt(m)) for cid, (c, m) in self.policy.placements().items()
+                    if not cid.startswith(PENDING_PREFIX)}
+
+    # -- hook protocol --------------------------------------------------------------------------
+    def before(self, method: str, request: Message) -> HookResult:
+        with self._lock:
+            updates = self._drop_failed_create()
+            if method == "CreateContainer":
+                return self._before_create(request, updates)
+            if method == "UpdateContainerResources":
+                return HookResult(request=self._enforce_update(request), updates=updates)
+            return HookResult(updates=updates)
+
+    def after(self, method: str, request: Message, response: Message) -> list[ContainerUpdate]:
+        with self._lock:
+            if method == "RunPodSandbox":
+                pod = pod_from_sandbox_config(response.pod_sandbox_id, request.config)
+                self.pods[pod.id] = pod
+                self.save()
+                return []
+            if method == "CreateContainer":
+                return self._after_create(request, response)
+            if method == "StopContainer":
+                return self._release([request.container_id], forget=False, reason="container stopped")
+            if method == "RemoveContainer":
+                return self._release([request.container_id], forget=True, reason="container removed")
+            if method in ("StopPodSandbox", "RemovePodSandbox"):
+                pod_id = request.pod_sandbox_id
+                cids = [cid for cid, c in self.containers.items() if c.pod_id == pod_id]
+                forget = method == "RemovePodSandbox"
+                updates = self._release(cids, forget=forget, reason=f"pod {method[:-7].lower()}ped")
+                if forget and self.pods.pop(pod_id, None) is not None:
+                    self.save()
+                return updates
+            return []
+
+    def _before_create(self, request: Message, updates: list[ContainerUpdate]) -> HookResult:
+        pod = self.pods.get(request.pod_sandbox_id)
+        container = container_from_create_request(request, pod)
+        key = f"{PENDING_PREFIX}{next(self._seq)}"
+        old = self.policy.placements()
+        self.policy.allocate(key, container)
+        self._pending = key
+        cpus, mems = self.policy.placement(key)
+        if cpus is None and mems is None:
+            return HookResult(updates=updates + diff_placements(old, self.policy.placements(), skip=key))
+        new_request = type(request)()
+        new_request.CopyFrom(request)
+        resources = new_request.config.linux.resources
+        if cpus is not None:
+            resources.cpuset_cpus = format_cpuset(cpus)
+        if mems is not None:
+            resources.cpuset_mems = format_cpuset(mems)
+        reason = f"{container.namespace}/{container.pod_name}/{container.name} created"
+        updates += diff_placements(old, self.policy.placements(), skip=key, reason=reason)
+        return HookResult(request=new_request, updates=updates)
+
+    def _after_create(self, request: Message, response: Message) -> list[ContainerUpdate]:
+        key, self._pending = self._pending, None
+        cid = response.container_id
+        if key is None or key not in self.policy.containers:
+            # Not decided by us (e.g. the hook failed before); adopt it now.
+            pod = self.pods.get(request.pod_sandbox_id)
+            container = container_from_create_request(request, pod)
+            container.id = cid
+            old = self.policy.placements()
+            self.containers[cid] = container
+            self.policy.allocate(cid, container)
+            self.save()
+            return diff_placements(old, self.policy.placements(), skip=cid, reason="container adopted")
+        self.policy.rename(key, cid)
+        container = self.policy.containers[cid]
+        container.id = cid
+        self.containers[cid] = container
+        self.save()
+        return []
+
+    def _drop_failed_create(self) -> list[ContainerUpdate]:
+        key, self._pending = self._pending, None
+        if key is None:
+            return []
+        log.warning("CreateContainer did not succeed; releasing its allocation")
+        old = self.policy.placements()
+        self.policy.release(key)
+        return diff_placements(old, self.policy.placements(), reason="failed create released")
+
+    def _enforce_update(self, request: Message) -> Message | None:
+        cid = request.container_id
+        if cid not in self.policy.containers:
+            return None
+        cpus, mems = self.policy.placement(cid)
+        if cpus is None and mems is None:
+            return None
+        new_request = type(request)()
+        new_request.CopyFrom(request)
+        if cpus is not None:
+            new_request.linux.cpuset_cpus = format_cpuset(cpus)
+        if mems is not None:
+            new_request.linux.cpuset_mems = format_cpuset(mems)
+        return new_request
+
+    def _release(self, cids: list[str], *, forget: bool, reason: str) -> list[ContainerUpdate]:
+        if not cids:
+            return []
+        old = self.policy.placements()
+        changed = False
+        for cid in cids:
+            if cid in self.policy.containers:
+                self.policy.release(cid)
+                changed = True
+            if forget and self.containers.pop(cid, None) is not None:
+                changed = True
+        if changed:
+            self.save()
+        return diff_placements(old, self.policy.placements(), reason=reason)
+
+    # -- configuration --------------------------------------------------------------------------------
+    def set_config(self, config: dict[str, Any], *, source: str = "agent") -> list[ContainerUpdate]:
+        """Apply a new (already schema-validated) config at runtime.
+
+        Raises ConfigError naming the field if it is rejected; the previous config
+        stays active. Switching the policy at runtime is rejected for now.
+        """
+        with self._lock:
+            if self.forced:
+                raise ConfigError("<document>", "a forced config (--force-config) is in effect; "
+                                                "configuration updates are ignored", source=source)
+            return self._apply(config, source)
+
+    def reload_forced_config(self, path: str | Path) -> list[ContainerUpdate]:
+        """SIGHUP: re-read the ``--force-config`` file and apply it (same rules as set_config)."""
+        config = read_config_file(path)
+        with self._lock:
+            return self._apply(config, str(path))
+
+    def _apply(self, config: dict[str, Any], source: str) -> list[ContainerUpdate]:
+        wanted = active_policy_name(config)
+        if wanted != self.policy.name:
+            raise ConfigError("policy.Active",
+                              f"switching the active policy from {self.policy.name!r} to {wanted!r} at runtime "
+                              f"is not supported yet; restart cri-resmgr with the new config (policy data is "
+                              f"re-created at startup unless --disable-policy-switch is set)", source=source)
+        try:
+            policy = create_policy(config, self.topology, sysfs_root=self.sysfs_root)
+        except ConfigError as exc:
+            raise exc.with_source(source) from None
+        old = self.policy.placements()
+        live = dict(self.policy.containers)
+        try:
+            policy.restore_state(self.policy.export_state(), live)
+            for cid, c in live.items():
+                if cid not in policy.grants and policy.name != "none":
+                    policy.allocate(cid, c)
+        except RestoreError as exc:
+            log.info("allocations do not fit the new config (%s); re-allocating", exc)
+            policy.containers.clear()
+            policy.grants.clear()
+            for cid, c in live.items():
+                policy.allocate(cid, c)
+        self.policy = policy
+        self.config, self.config_source = config, source
+        self.save()
+        log.info("applied config from %s (policy %s)", source, policy.name)
+        return diff_placements(old, policy.placements(), reason="config changed")
+
+    # -- restart reconciliation -----------------------------------------------------------------------
+    def sync_with_runtime(self, pods: list[Any], containers: list[Any],
+                          resources: dict[str, Any] | None = None) -> list[ContainerUpdate]:
+        """Reconcile with what the runtime lists after a (re)start.
+
+        ``pods``/``containers`` are CRI ``PodSandbox``/``Container`` messages;
+        ``resources`` optionally maps container id -> ``ContainerResources`` from
+        ContainerStatus (its ``linux`` resources are used to estimate adopted
+        containers and to find cgroups that disagree with the policy). Gone pods
+        and containers are dropped, unknown ones adopted. Returns the updates that
+        bring the runtime in line with the policy.
+        """
+        resources = resources or {}
+        with self._lock:
+            old = self.policy.placements()
+            listed_pods = {p.id: p for p in pods}
+            for pid in [pid for pid in self.pods if pid not in listed_pods]:
+                del self.pods[pid]
+            for pid, p in listed_pods.items():
+                if pid not in self.pods:
+                    self.pods[pid] = pod_from_listed_sandbox(p)
+            listed = {c.id: c for c in containers}
+            gone = [cid for cid in self.containers if cid not in listed]
+            exited = [cid for cid, c in listed.items() if c.state == CONTAINER_EXITED]
+            for cid in gone:
+                self.policy.release(cid)
+                del self.containers[cid]
+            for cid in exited:
+                self.policy.release(cid)
+            adopted = []
+            for cid, c in listed.items():
+                if cid in self.containers or c.state == CONTAINER_EXITED:
+                    if cid not in self.containers:
+                        self.containers[cid] = container_from_listed(c, self.pods.get(c.pod_sandbox_id))
+                    continue
+                res = resources.get(cid)
+                linux = res.linux if res is not None and res.HasField("linux") else None
+                info = container_from_listed(c, self.pods.get(c.pod_sandbox_id), linux)
+                self.containers[cid] = info
+                self.policy.allocate(cid, info)
+                adopted.append(cid)
+            if gone or adopted or exited:
+                log.info("synced with runtime: dropped %d gone, released %d exited, adopted %d unknown containers",
+                         len(gone), len(exited), len(adopted))
+            new = self.policy.placements()
+            updates = diff_placements(old, new, reason="synced with runtime")
+            pending = {u.container_id for u in updates}
+            for cid in adopted:
+                cpus, mems = new.get(cid, (None, None))
+                if (cpus is not None or mems is not None) and cid not in pending:
+                    updates.append(ContainerUpdate(cid, _fmt(cpus), _fmt(mems), reason="adopted"))
+                    pending.add(cid)
+            for cid, res in resources.items():
+                if cid in pending or cid not in new or not res.HasField("linux"):
+                    continue
+                cpus, mems = new[cid]
+                want_c, want_m = _fmt(cpus), _fmt(mems)
+                if (want_c is not None and want_c != res.linux.cpuset_cpus) or (
+                        want_m is not None and want_m != res.linux.cpuset_mems):
+                    updates.append(ContainerUpdate(cid, want_c, want_m, reason="cgroup disagrees with policy"))
+            self.save()
+            return updates

@@ -1,0 +1,219 @@
+"""What pods and containers are and what they ask for, estimated from CRI requests.
+
+Kubelet does not pass a container's resource requests to the runtime. It passes
+cgroup parameters derived from them, and these are inverted here: CPU shares are
+``request_milli * 1024 / 1000`` (2 for no request), the CFS quota is
+``limit_milli * period / 1000``. The QoS class is read from the pod's cgroup
+parent (``/kubepods/burstable/pod<uid>``, ``kubepods-besteffort-pod<uid>.slice``,
+...), and estimated from the resources when the parent says nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+QOS_GUARANTEED = "Guaranteed"
+QOS_BURSTABLE = "Burstable"
+QOS_BESTEFFORT = "BestEffort"
+KUBE_SYSTEM = "kube-system"
+
+# Kubelet's minimum shares (BestEffort pods get exactly this).
+MIN_SHARES = 2
+
+POD_NAME_LABEL = "io.kubernetes.pod.name"
+POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
+POD_UID_LABEL = "io.kubernetes.pod.uid"
+CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
+
+
+@dataclass
+class PodInfo:
+    id: str
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    cgroup_parent: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def qos_class(self) -> str | None:
+        return qos_from_cgroup_parent(self.cgroup_parent)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PodInfo:
+        return cls(**data)
+
+
+@dataclass
+class ContainerInfo:
+    """One container as the policies see it; ``id`` is empty until the runtime assigned one."""
+
+    id: str
+    pod_id: str
+    name: str
+    namespace: str = ""
+    pod_name: str = ""
+    qos: str = QOS_BESTEFFORT
+    request_milli: int = 0
+    limit_milli: int = 0
+    memory_limit: int = 0
+    annotations: dict[str, str] = field(default_factory=dict)
+    pod_annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_kube_system(self) -> bool:
+        return self.namespace == KUBE_SYSTEM
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ContainerInfo:
+        return cls(**data)
+
+
+def shares_to_milli(shares: int) -> int:
+    """Invert kubelet's MilliCPUToShares; the minimum shares mean no request at all."""
+    if shares <= MIN_SHARES:
+        return 0
+    return int(round(shares * 1000 / 1024))
+
+
+def quota_to_milli(quota: int, period: int) -> int:
+    """Invert kubelet's MilliCPUToQuota; no quota (<= 0) means no limit."""
+    if quota <= 0 or period <= 0:
+        return 0
+    return int(round(quota * 1000 / period))
+
+
+def qos_from_cgroup_parent(parent: str) -> str | None:
+    """QoS class from kubelet's cgroup naming (cgroupfs or systemd driver), None if unknown."""
+    p = parent.lower()
+    if "besteffort" in p:
+        return QOS_BESTEFFORT
+    if "burstable" in p:
+        return QOS_BURSTABLE
+    if "kubepods" in p:
+        return QOS_GUARANTEED
+    return None
+
+
+def qos_from_resources(request_milli: int, limit_milli: int, memory_limit: int) -> str:
+    if request_milli == 0 and limit_milli == 0 and memory_limit == 0:
+        return QOS_BESTEFFORT
+    if request_milli > 0 and request_milli == limit_milli and memory_limit > 0:
+        return QOS_GUARANTEED
+    return QOS_BURSTABLE
+
+
+def estimate_linux_resources(res: Any) -> tuple[int, int, int]:
+    """(request milli-CPU, limit milli-CPU, memory limit bytes) of a LinuxContainerResources."""
+    if res is None:
+        return 0, 0, 0
+    return (shares_to_milli(res.cpu_shares), quota_to_milli(res.cpu_quota, res.cpu_period),
+            max(0, res.memory_limit_in_bytes))
+
+
+def pod_from_sandbox_config(pod_id: str, config: Any) -> PodInfo:
+    """A PodInfo from a RunPodSandbox request's PodSandboxConfig."""
+    meta = config.metadata
+    labels = dict(config.labels)
+    return PodInfo(
+        id=pod_id,
+        name=meta.name or labels.get(POD_NAME_LABEL, ""),
+        namespace=meta.namespace or labels.get(POD_NAMESPACE_LABEL, ""),
+        uid=meta.uid or labels.get(POD_UID_LABEL, ""),
+        cgroup_parent=config.linux.cgroup_parent if config.HasField("linux") else "",
+        labels=labels,
+        annotations=dict(config.annotations),
+    )
+
+
+def pod_from_listed_sandbox(sandbox: Any) -> PodInfo:
+    """A PodInfo from a ListPodSandbox entry (no cgroup parent is listed there)."""
+    meta = sandbox.metadata
+    return PodInfo(id=sandbox.id, name=meta.name, namespace=meta.namespace, uid=meta.uid,
+                   labels=dict(sandbox.labels), annotations=dict(sandbox.annotations))
+
+
+def container_from_create_request(request: Any, pod: PodInfo | None) -> ContainerInfo:
+    """A ContainerInfo (without id) from a CreateContainerRequest, estimating its resources."""
+    config = request.config
+    sandbox = request.sandbox_config
+    if pod is None:
+        pod = pod_from_sandbox_config(request.pod_sandbox_id, sandbox)
+    res = config.linux.resources if config.HasField("linux") and config.linux.HasField("resources") else None
+    request_milli, limit_milli, memory = estimate_linux_resources(res)
+    parent = sandbox.linux.cgroup_parent if sandbox.HasField("linux") else pod.cgroup_parent
+    qos = (qos_from_cgroup_parent(parent) or qos_from_cgroup_parent(pod.cgroup_parent)
+           or qos_from_resources(request_milli, limit_milli, memory))
+    labels = dict(config.labels)
+    pod_annotations = dict(sandbox.annotations) or dict(pod.annotations)
+    return ContainerInfo(
+        id="",
+        pod_id=request.pod_sandbox_id,
+        name=config.metadata.name or labels.get(CONTAINER_NAME_LABEL, ""),
+        namespace=pod.namespace or sandbox.metadata.namespace or labels.get(POD_NAMESPACE_LABEL, ""),
+        pod_name=pod.name or sandbox.metadata.name or labels.get(POD_NAME_LABEL, ""),
+        qos=qos,
+        request_milli=request_milli,
+        limit_milli=limit_milli,
+        memory_limit=memory,
+        annotations=dict(config.annotations),
+        pod_annotations=pod_annotations,
+    )
+
+
+def container_from_listed(container: Any, pod: PodInfo | None, resources: Any = None) -> ContainerInfo:
+    """A ContainerInfo for a container found in ListContainers (adopted after a restart).
+
+    ``resources`` is the LinuxContainerResources from ContainerStatus when known;
+    without it the container is treated as asking for no CPU.
+    """
+    labels = dict(container.labels)
+    request_milli, limit_milli, memory = estimate_linux_resources(resources)
+    qos = (qos_from_cgroup_parent(pod.cgroup_parent) if pod else None) or qos_from_resources(
+        request_milli, limit_milli, memory)
+    return ContainerInfo(
+        id=container.id,
+        pod_id=container.pod_sandbox_id,
+        name=container.metadata.name or labels.get(CONTAINER_NAME_LABEL, ""),
+        namespace=(pod.namespace if pod else "") or labels.get(POD_NAMESPACE_LABEL, ""),
+        pod_name=(pod.name if pod else "") or labels.get(POD_NAME_LABEL, ""),
+        qos=qos,
+        request_milli=request_milli,
+        limit_milli=limit_milli,
+        memory_limit=memory,
+        annotations=dict(container.annotations),
+        pod_annotations=dict(pod.annotations) if pod else {},
+    )
+
+
+def preference_annotation(container: ContainerInfo, key: str) -> str | None:
+    """cri-resource-manager's per-container / per-pod annotation lookup.
+
+    ``<key>/container.<name>`` wins over ``<key>/pod``, which wins over the bare ``<key>``.
+    Pod annotations are consulted first, then the container's own annotations.
+    """
+    for source in (container.pod_annotations, container.annotations):
+        for candidate in (f"{key}/container.{container.name}", f"{key}/pod", key):
+            if candidate in source:
+                return source[candidate]
+    return None
+
+
+def preference_flag(container: ContainerInfo, key: str) -> bool | None:
+    value = preference_annotation(container, key)
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    return None

@@ -1,0 +1,75 @@
+"""The node's CPU/memory topology as the policies see it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+CoreKey = tuple[int, int, int]  # (package, die, core_id): core ids repeat across packages/dies
+DieKey = tuple[int, int]  # (package, die)
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    id: int
+    package: int
+    die: int
+    core: int
+    node: int
+
+    @property
+    def core_key(self) -> CoreKey:
+        return (self.package, self.die, self.core)
+
+    @property
+    def die_key(self) -> DieKey:
+        return (self.package, self.die)
+
+
+@dataclass
+class Topology:
+    """Online CPUs grouped by package, die, NUMA node and core, plus isolated CPUs and node memory."""
+
+    cpus: dict[int, CpuInfo]
+    isolated: frozenset[int] = frozenset()
+    node_memory: dict[int, int] = field(default_factory=dict)  # bytes per NUMA node
+    packages: dict[int, frozenset[int]] = field(init=False)
+    dies: dict[DieKey, frozenset[int]] = field(init=False)
+    nodes: dict[int, frozenset[int]] = field(init=False)
+    cores: dict[CoreKey, frozenset[int]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        def group(key) -> dict:
+            out: dict = {}
+            for c in self.cpus.values():
+                out.setdefault(key(c), set()).add(c.id)
+            return {k: frozenset(v) for k, v in sorted(out.items())}
+
+        self.packages = group(lambda c: c.package)
+        self.dies = group(lambda c: c.die_key)
+        self.nodes = group(lambda c: c.node)
+        self.cores = group(lambda c: c.core_key)
+        self.isolated = frozenset(self.isolated) & frozenset(self.cpus)
+        self._node_of = {c.id: c.node for c in self.cpus.values()}
+        self._core_of = {c.id: c.core_key for c in self.cpus.values()}
+
+    @property
+    def online(self) -> frozenset[int]:
+        return frozenset(self.cpus)
+
+    def core_of(self, cpu: int) -> CoreKey:
+        return self._core_of[cpu]
+
+    def node_of(self, cpu: int) -> int:
+        return self._node_of[cpu]
+
+    def nodes_of(self, cpus: Iterable[int]) -> frozenset[int]:
+        """NUMA nodes whose CPUs intersect ``cpus`` (the memory nodes to pin to)."""
+        node_of = self._node_of
+        return frozenset(node_of[c] for c in cpus)
+
+    def describe(self) -> str:
+        threads = max((len(v) for v in self.cores.values()), default=0)
+        return (f"{len(self.cpus)} CPUs, {len(self.packages)} packages, {len(self.dies)} dies, "
+                f"{len(self.nodes)} NUMA nodes, {len(self.cores)} cores, {threads} threads/core, "
+                f"isolated={sorted(self.isolated)}")

@@ -1,0 +1,73 @@
+"""Container resource estimation from CRI requests."""
+
+from __future__ import annotations
+
+import pytest
+from cri_requests import create_request, pod_config
+
+from resmgr.resources import (
+    QOS_BESTEFFORT,
+    QOS_BURSTABLE,
+    QOS_GUARANTEED,
+    ContainerInfo,
+    container_from_create_request,
+    preference_annotation,
+    qos_from_cgroup_parent,
+    quota_to_milli,
+    shares_to_milli,
+)
+
+
+@pytest.mark.parametrize("milli", [10, 100, 250, 500, 750, 1000, 1500, 2000, 3333, 64000])
+def test_shares_and_quota_invert_kubelet(milli: int) -> None:
+    assert abs(shares_to_milli(milli * 1024 // 1000) - milli) <= 1
+    assert quota_to_milli(milli * 100_000 // 1000, 100_000) == milli
+
+
+def test_minimum_shares_mean_no_request() -> None:
+    assert shares_to_milli(2) == 0 and shares_to_milli(0) == 0
+    assert quota_to_milli(-1, 100_000) == 0
+
+
+@pytest.mark.parametrize(("parent", "qos"), [
+    ("/kubepods/besteffort/pod1234", QOS_BESTEFFORT),
+    ("/kubepods/burstable/pod1234", QOS_BURSTABLE),
+    ("/kubepods/pod1234", QOS_GUARANTEED),
+    ("kubepods-besteffort-pod1234.slice", QOS_BESTEFFORT),
+    ("kubepods-burstable-pod1234.slice", QOS_BURSTABLE),
+    ("kubepods-pod1234.slice", QOS_GUARANTEED),
+    ("/system.slice/other", None),
+])
+def test_qos_from_cgroup_parent(parent: str, qos: str | None) -> None:
+    assert qos_from_cgroup_parent(parent) == qos
+
+
+@pytest.mark.parametrize(("qos", "milli", "expect"), [
+    ("guaranteed", 2000, (QOS_GUARANTEED, 2000, 2000)),
+    ("burstable", 500, (QOS_BURSTABLE, 500, 0)),
+    ("besteffort", 0, (QOS_BESTEFFORT, 0, 0)),
+])
+def test_estimate_from_create_request(qos: str, milli: int, expect: tuple) -> None:
+    pod = pod_config("p", namespace="kube-system", qos=qos)
+    c = container_from_create_request(create_request("pod-1", pod, "c", cpu_milli=milli), None)
+    assert (c.qos, c.request_milli, c.limit_milli) == expect
+    assert (c.name, c.pod_name, c.namespace, c.pod_id) == ("c", "p", "kube-system", "pod-1")
+    assert c.is_kube_system
+
+
+def test_qos_estimated_without_cgroup_parent() -> None:
+    pod = pod_config("p", qos="guaranteed")
+    req = create_request("pod-1", pod, "c", cpu_milli=3000)
+    req.sandbox_config.linux.cgroup_parent = ""
+    assert container_from_create_request(req, None).qos == QOS_GUARANTEED
+
+
+def test_annotation_precedence() -> None:
+    key = "prefer-shared-cpus.cri-resource-manager.intel.com"
+    c = ContainerInfo(id="x", pod_id="p", name="web", pod_annotations={
+        key: "false", f"{key}/pod": "true", f"{key}/container.web": "false", f"{key}/container.db": "true"})
+    assert preference_annotation(c, key) == "false"
+    c.pod_annotations.pop(f"{key}/container.web")
+    assert preference_annotation(c, key) == "true"
+    c.pod_annotations.pop(f"{key}/pod")
+    assert preference_annotation(c, key) == "false"
