@@ -1,10 +1,26 @@
-"""Command line of cri-resmgr-installer."""
+"""Command line of cri-resmgr-installer: argument parsing and the run loop, over plain functions."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
 
-from resmgr.cli_common import not_yet
+from installer import readiness
+from installer.host import CommandRunner, Host
+from installer.install import PHASE, InstallSettings, NodeInstaller
+from installer.static_config import read_config_dir
+from installer.supervisor import Supervisor, SupervisorSettings
+from resmgr.logsetup import add_logging_arguments, setup_logging_from_args
+
+log = logging.getLogger("installer.cli")
+
+MODE_ENV = "CRI_RESMGR_INSTALLER_MODE"
+MODES = ("install", "uninstall")
 
 DESCRIPTION = """\
 cri-resmgr-installer runs privileged in the installer DaemonSet with the host
@@ -12,10 +28,203 @@ root mounted. It copies the cri-resmgr executable onto the node, writes the
 cri-resource-manager.service systemd unit and its fallback/force/EXTRA_OPTIONS
 configuration, repoints kubelet at the relay socket once the relay answers,
 supervises it, and in uninstall mode reverses every change exactly.
+
+install mode (default):
+  1. /opt/cri-resmgr/bin/cri-resmgr (atomic rename, checksum verified)
+  2. /etc/systemd/system/cri-resource-manager.service, /etc/default/cri-resource-manager
+  3. /etc/cri-resmgr/{fallback.cfg|force.cfg,extra-options.env} from --config-dir
+  4. daemon-reload, enable, restart (only if something it reads changed)
+  5. wait for CRI Version on /var/run/cri-resmgr/cri-resmgr.sock
+  6. repoint kubelet (gardener extra_args, kubeadm-flags.env or KubeletConfiguration)
+  7. restart kubelet, check its running command line / config uses the relay
+  Every change is journaled with backups in /var/lib/cri-resmgr-installer/ first;
+  re-running converges. Then it supervises: if the unit fails or the relay does
+  not answer for --relay-timeout seconds, kubelet goes back to containerd and the
+  probe reports not-ready with the reason; once the relay has been healthy for
+  --recover-after seconds, kubelet is pointed at it again.
+
+uninstall mode (--mode uninstall or CRI_RESMGR_INSTALLER_MODE=uninstall; never
+on SIGTERM): kubelet back to containerd (verified), stop and disable the unit,
+cri-resmgr --reset-policy and /var/lib/cri-resmgr removed, every installed file
+removed or restored byte for byte; then it reports ready and sleeps.
+
+probe: `cri-resmgr-installer probe` (or --probe) exits 0 when the ready file
+says ready, else 1 with a one-line reason.
 """
 
 
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cri-resmgr-installer", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", nargs="?", choices=("run", "probe"), default="run",
+                   help="run (default) installs/uninstalls and supervises; probe checks the ready file")
+    p.add_argument("--probe", action="store_true", help="same as the probe command")
+    p.add_argument("--mode", default=None, metavar="install|uninstall",
+                   help=f"what to do (default: ${MODE_ENV} or install)")
+    p.add_argument("--host-root", default="/var/host", type=Path,
+                   help="where the node's root file system is mounted (default: /var/host)")
+    p.add_argument("--host-exec", choices=("nsenter", "chroot"), default="nsenter",
+                   help="how node commands run: nsenter into --host-pid's mount namespace (default), or "
+                        "chroot into --host-root with SYSTEMD_IGNORE_CHROOT=1")
+    p.add_argument("--host-pid", type=int, default=1,
+                   help="pid whose mount namespace is the node's (default: 1, with hostPID)")
+    p.add_argument("--host-namespaces", default="mount", metavar="NS[,NS...]",
+                   help="namespaces of --host-pid that nsenter enters (default: mount; a node in its own pid "
+                        "namespace, like a systemd-nspawn test node, needs mount,pid)")
+    p.add_argument("--config-dir", default="/etc/cri-resmgr-installer/config", type=Path,
+                   help="mounted static config ConfigMap with optional keys fallback.cfg, force.cfg, "
+                        "EXTRA_OPTIONS (default: /etc/cri-resmgr-installer/config)")
+    p.add_argument("--binary", default="/opt/cri-resmgr/bin/cri-resmgr", type=Path,
+                   help="the cri-resmgr executable to install (default: /opt/cri-resmgr/bin/cri-resmgr in the image)")
+    p.add_argument("--ready-file", default="/var/run/cri-resmgr-installer/ready", type=Path,
+                   help="readiness file for the probe (default: /var/run/cri-resmgr-installer/ready)")
+    p.add_argument("--probe-max-age", type=float, default=readiness.DEFAULT_MAX_AGE_S, metavar="S",
+                   help="probe: a ready file older than this many seconds is not ready (default: %(default)s)")
+    p.add_argument("--once", action="store_true",
+                   help="exit after install/uninstall instead of supervising (or sleeping)")
+    p.add_argument("--relay-wait", type=float, default=60.0, metavar="S",
+                   help="how long install waits for the relay to answer CRI Version (default: %(default)s)")
+    p.add_argument("--kubelet-wait", type=float, default=60.0, metavar="S",
+                   help="how long to wait for kubelet to be active after a restart (default: %(default)s)")
+    p.add_argument("--check-interval", type=float, default=5.0, metavar="S",
+                   help="supervision interval (default: %(default)s)")
+    p.add_argument("--relay-timeout", type=float, default=30.0, metavar="S",
+                   help="fall back to containerd when the relay has not answered this long (default: %(default)s)")
+    p.add_argument("--recover-after", type=float, default=30.0, metavar="S",
+                   help="return kubelet to the relay once it has been healthy this long (default: %(default)s)")
+    p.add_argument("--restart-backoff", type=float, default=60.0, metavar="S",
+                   help="while on the fallback, restart a failed unit at most this often (default: %(default)s)")
+    p.add_argument("--max-fallbacks", type=int, default=3,
+                   help="after this many fallbacks within an hour, stay on containerd (default: %(default)s)")
+    add_logging_arguments(p, default_format="json")
+    return p
+
+
+def resolve_mode(arg: str | None, environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
+    mode = arg if arg is not None else (environ.get(MODE_ENV) or "install")
+    if mode not in MODES:
+        source = "--mode" if arg is not None else f"${MODE_ENV}"
+        raise ValueError(f"{source}={mode!r} is not a mode; use one of: {', '.join(MODES)}")
+    return mode
+
+
+def make_host(args: argparse.Namespace) -> Host:
+    namespaces = tuple(n.strip() for n in args.host_namespaces.split(",") if n.strip())
+    runner = CommandRunner(kind=args.host_exec, target_pid=args.host_pid, host_root=str(args.host_root),
+                           namespaces=namespaces)
+    runner.prefix()  # rejects unknown namespace names before anything runs
+    return Host(args.host_root, runner)
+
+
+def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: threading.Event) -> int:
+    sup_settings = SupervisorSettings(interval_s=args.check_interval, relay_timeout_s=args.relay_timeout,
+                                      recover_after_s=args.recover_after, restart_backoff_s=args.restart_backoff,
+                                      max_fallbacks=args.max_fallbacks)
+    supervisor: Supervisor | None = None
+    converged = False
+    retry = args.check_interval
+    while not stop.is_set():
+        if not converged:
+            try:
+                report = installer.install(read_config_dir(args.config_dir))
+                converged = True
+                reason = (f"installed: kubelet ({report.kubelet_layout} layout) uses the relay, which forwards "
+                          f"to {report.runtime_endpoint}")
+                readiness.write_ready(args.ready_file, True, reason, "install")
+                if args.once:
+                    return 0
+                supervisor = Supervisor(installer, sup_settings)
+            except Exception as exc:  # every failure becomes not-ready with its reason, then a retry
+                log.error("install failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
+                readiness.write_ready(args.ready_file, False, f"install failed: {exc}", "install")
+                if args.once:
+                    return 1
+                # A node installed by an earlier rollout stays supervised while this one cannot apply.
+                if supervisor is None and installer._journal().get(PHASE) == "installed":
+                    supervisor = Supervisor(installer, sup_settings)
+                if supervisor is not None:
+                    _supervise(supervisor, args, ready_override=f"install failed: {exc}")
+                stop.wait(retry)
+                retry = min(retry * 2, 60.0)
+                continue
+        assert supervisor is not None
+        _supervise(supervisor, args)
+        stop.wait(args.check_interval)
+    log.info("stopping on a signal; the node is left as it is (only uninstall mode reverses the install)")
+    return 0
+
+
+def _supervise(supervisor: Supervisor, args: argparse.Namespace, ready_override: str | None = None) -> None:
+    try:
+        decision = supervisor.tick()
+        ready, reason = decision.ready, decision.reason
+    except Exception as exc:
+        log.error("supervision step failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
+        ready, reason = False, f"supervision failed: {exc}"
+    if ready_override is not None:
+        ready, reason = False, f"{ready_override}; {reason}"
+    readiness.write_ready(args.ready_file, ready, reason, "install")
+
+
+def run_uninstall(installer: NodeInstaller, args: argparse.Namespace, stop: threading.Event) -> int:
+    retry = args.check_interval
+    while not stop.is_set():
+        try:
+            installer.uninstall()
+            break
+        except Exception as exc:
+            log.error("uninstall failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
+            readiness.write_ready(args.ready_file, False, f"uninstall failed: {exc}", "uninstall")
+            if args.once:
+                return 1
+            stop.wait(retry)
+            retry = min(retry * 2, 60.0)
+    else:
+        return 0
+    reason = "uninstalled: the node is clean"
+    readiness.write_ready(args.ready_file, True, reason, "uninstall")
+    if args.once:
+        return 0
+    log.info("node is clean; staying up and ready until the DaemonSet is deleted")
+    while not stop.wait(args.check_interval):
+        readiness.write_ready(args.ready_file, True, reason, "uninstall")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="cri-resmgr-installer", description=DESCRIPTION,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    return not_yet("cri-resmgr-installer", "the node installer")
+    args = build_parser().parse_args(argv)
+    if args.command == "probe" or args.probe:
+        ok, reason = readiness.probe(args.ready_file, args.probe_max_age)
+        print(reason)
+        return 0 if ok else 1
+    setup_logging_from_args(args, root_package="installer")
+    try:
+        mode = resolve_mode(args.mode)
+    except ValueError as exc:
+        print(f"cri-resmgr-installer: {exc}", file=sys.stderr)
+        return 2
+    if mode == "install" and not args.binary.is_file():
+        print(f"cri-resmgr-installer: --binary {args.binary} is not a file", file=sys.stderr)
+        return 2
+    if not args.host_root.is_dir():
+        print(f"cri-resmgr-installer: --host-root {args.host_root} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        host = make_host(args)
+    except ValueError as exc:
+        print(f"cri-resmgr-installer: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    # SIGTERM only stops the installer; it never uninstalls (a pod restart must not touch the node).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    installer = NodeInstaller(host, InstallSettings(binary=args.binary, relay_wait_s=args.relay_wait,
+                                                               kubelet_wait_s=args.kubelet_wait))
+    log.info("cri-resmgr-installer starting", extra={"mode": mode, "host_root": str(args.host_root)})
+    if mode == "uninstall":
+        return run_uninstall(installer, args, stop)
+    return run_install(installer, args, stop)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

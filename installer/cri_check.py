@@ -1,0 +1,68 @@
+"""Does a CRI endpoint on the node answer? One CRI ``Version`` call over its unix socket."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+from cri_api.v1 import api_pb2, api_pb2_grpc
+
+from installer.host import Host
+
+log = logging.getLogger("installer.cri_check")
+
+
+class CriUnavailable(RuntimeError):
+    """The endpoint did not answer CRI Version; str() says why."""
+
+
+def endpoint_path(endpoint: str) -> str:
+    """``unix:///run/x.sock`` or ``/run/x.sock`` -> ``/run/x.sock``."""
+    if endpoint.startswith("unix://"):
+        path = endpoint[len("unix://"):]
+    elif endpoint.startswith("/"):
+        path = endpoint
+    else:
+        raise ValueError(f"unsupported CRI endpoint {endpoint!r}: only unix sockets are supported")
+    if not path.startswith("/"):
+        raise ValueError(f"CRI endpoint {endpoint!r} must be an absolute unix socket path")
+    return path
+
+
+def normalize_endpoint(host: Host, endpoint: str) -> str:
+    """Canonical node path of an endpoint, so /var/run/x and /run/x compare equal."""
+    path = endpoint_path(endpoint)
+    real = host.path(path)
+    try:
+        return "/" + str(real.relative_to(host.root))
+    except ValueError:
+        return path
+
+
+def cri_version(host: Host, endpoint: str, timeout: float = 2.0) -> str:
+    """Call CRI Version on a node endpoint; returns "name version" or raises CriUnavailable."""
+    sock = host.path(endpoint_path(endpoint))
+    if not sock.exists():
+        raise CriUnavailable(f"socket {endpoint_path(endpoint)} does not exist")
+    try:
+        with grpc.insecure_channel(f"unix://{sock}") as channel:
+            stub = api_pb2_grpc.RuntimeServiceStub(channel)
+            resp = stub.Version(api_pb2.VersionRequest(version="v1"), timeout=timeout)
+    except grpc.RpcError as exc:
+        code = exc.code() if hasattr(exc, "code") else None
+        detail = exc.details() if hasattr(exc, "details") else str(exc)
+        raise CriUnavailable(f"CRI Version on {endpoint} failed: {code.name if code else '?'}: {detail}") from exc
+    return f"{resp.runtime_name} {resp.runtime_version}"
+
+
+def wait_cri(host: Host, endpoint: str, timeout: float, interval: float = 0.3) -> str:
+    """Poll CRI Version until it answers or ``timeout`` passes (then CriUnavailable with the last error)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return cri_version(host, endpoint)
+        except CriUnavailable as exc:
+            if time.monotonic() >= deadline:
+                raise CriUnavailable(f"{endpoint} did not answer CRI Version within {timeout:g}s: {exc}") from exc
+        time.sleep(interval)

@@ -1,0 +1,316 @@
+"""Install, repoint and uninstall: the steps, in order, each recorded in the journal first.
+
+Every step is idempotent and a kill at any point converges on the next run, because:
+
+* file changes follow the journal's write-ahead protocol (see installer.journal);
+* "needs a daemon-reload / cri-resmgr restart / kubelet restart" is recorded as pending *before*
+  the file that causes it is written, and cleared only after the action succeeded;
+* kubelet is repointed only after the relay answers CRI Version, and its running command line
+  is checked after every restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from installer import failpoints, node_files, systemd
+from installer.cri_check import CriUnavailable, cri_version, normalize_endpoint, wait_cri
+from installer.host import Host, HostCommandError, sha256_bytes, sha256_file
+from installer.journal import Journal
+from installer.kubelet_endpoint import (
+    KUBELET_UNIT,
+    KubeletLayoutError,
+    effective_endpoint,
+    load_kubelet_unit,
+    plan_repoint,
+    running_endpoint,
+)
+from installer.static_config import StaticConfig, known_flags, resmgr_parser
+
+log = logging.getLogger("installer.install")
+
+RESMGR = "resmgr"
+KUBELET = "kubelet"
+# Journal data keys.
+RUNTIME_ENDPOINT = "runtime_endpoint"
+KUBELET_LAYOUT = "kubelet_layout"
+KUBELET_TARGET = "kubelet_target"
+PHASE = "phase"
+PENDING_RELOAD = "pending_daemon_reload"
+PENDING_RESMGR_RESTART = "pending_resmgr_restart"
+PENDING_KUBELET_RESTART = "pending_kubelet_restart"
+
+
+def reset_policy_supported() -> bool:
+    """Does cri-resmgr implement --reset-policy (reset and exit)? Builds mark unimplemented flags NOT ACTIVE."""
+    action = known_flags(resmgr_parser()).get("--reset-policy")
+    return action is not None and "NOT ACTIVE" not in (action.help or "")
+
+
+class InstallError(RuntimeError):
+    """A step could not be completed; the node is left in a state a re-run converges from."""
+
+
+@dataclass
+class InstallSettings:
+    binary: Path
+    relay_wait_s: float = 60.0
+    kubelet_wait_s: float = 60.0
+    kubelet_settle_s: float = 1.0
+    unit: node_files.UnitSettings | None = None  # runtime endpoint filled in from kubelet
+
+
+@dataclass
+class InstallReport:
+    changed: list[str]
+    resmgr_restarted: bool
+    kubelet_restarted: bool
+    kubelet_layout: str
+    runtime_endpoint: str
+    relay_version: str
+
+
+class NodeInstaller:
+    def __init__(self, host: Host, settings: InstallSettings) -> None:
+        self.host = host
+        self.settings = settings
+
+    # ----- helpers ---------------------------------------------------------------------------
+    def same_endpoint(self, a: str, b: str) -> bool:
+        try:
+            return normalize_endpoint(self.host, a) == normalize_endpoint(self.host, b)
+        except ValueError:
+            return a == b
+
+    def _journal(self) -> Journal:
+        return Journal.load(self.host)
+
+    def _set_pending(self, journal: Journal, key: str) -> None:
+        journal.set(key, True)
+
+    def _kubelet_file_endpoint(self) -> str:
+        unit = load_kubelet_unit(self.host)
+        return effective_endpoint(unit, self.host.read_if_exists)[0]
+
+    def kubelet_running_endpoint(self) -> tuple[str, int]:
+        """(effective endpoint of the running kubelet process, its pid); ("", 0) if not running."""
+        pid = systemd.main_pid(self.host, KUBELET_UNIT)
+        if not pid:
+            return "", 0
+        argv = systemd.process_argv(self.host, pid)
+        if not argv:
+            return "", 0
+        return running_endpoint(self.host, argv)[0], pid
+
+    def _restart_kubelet_and_verify(self, journal: Journal, expected: str) -> None:
+        systemd.reset_failed(self.host, KUBELET_UNIT)
+        systemd.restart(self.host, KUBELET_UNIT)
+        pid, state = systemd.wait_running(self.host, KUBELET_UNIT, self.settings.kubelet_wait_s,
+                                          self.settings.kubelet_settle_s)
+        if not pid:
+            raise InstallError(f"kubelet did not stay active after the restart (ActiveState={state}); "
+                               f"see journalctl -u {KUBELET_UNIT} on the node")
+        got, _ = self.kubelet_running_endpoint()
+        if not self.same_endpoint(got, expected):
+            raise InstallError(f"kubelet restarted but its effective runtime endpoint is {got!r}, not {expected}")
+        journal.set(PENDING_KUBELET_RESTART, False)
+        log.info("kubelet is active and uses %s", expected,
+                 extra={"unit": KUBELET_UNIT, "endpoint": expected, "pid": pid})
+
+    # ----- install ---------------------------------------------------------------------------
+    def learn_runtime_endpoint(self, journal: Journal) -> str:
+        """The endpoint kubelet used before us: that is where the relay forwards to."""
+        known = journal.get(RUNTIME_ENDPOINT)
+        current = self._kubelet_file_endpoint()
+        if known:
+            return known
+        if self.same_endpoint(current, node_files.RELAY_ENDPOINT):
+            raise KubeletLayoutError(f"kubelet already points at {node_files.RELAY_ENDPOINT} but the installer "
+                                     "has no record of the runtime endpoint it used before; fix kubelet's "
+                                     "configuration by hand first")
+        journal.set(RUNTIME_ENDPOINT, current)
+        log.info("kubelet's runtime endpoint is %s; the relay will forward there", current,
+                 extra={"endpoint": current})
+        return current
+
+    def _put_files(self, journal: Journal, files: dict[str, bytes], pending: list[str],
+                   group: str = RESMGR) -> list[str]:
+        """Write files, first recording the actions their change requires as pending."""
+        stale = [p for p, data in files.items() if self.host.file_sha256(p) != sha256_bytes(data)]
+        for key in pending if stale else []:
+            journal.set(key, True)
+        return [p for p, data in files.items() if journal.put_file(p, data, group=group)]
+
+    def install(self, static: StaticConfig) -> InstallReport:
+        journal = self._journal()
+        journal.set(PHASE, "installing")
+        runtime = self.learn_runtime_endpoint(journal)
+        try:
+            log.info("container runtime answers: %s", cri_version(self.host, runtime), extra={"endpoint": runtime})
+        except CriUnavailable as exc:
+            raise InstallError(f"the container runtime does not answer, not installing the relay: {exc}") from exc
+        settings = self.settings.unit or node_files.UnitSettings(runtime_endpoint=runtime)
+        if settings.runtime_endpoint != runtime:
+            settings = node_files.UnitSettings(runtime, settings.runtime_unit, settings.restart_sec,
+                                               settings.start_limit_interval_s, settings.start_limit_burst)
+        changed: list[str] = []
+
+        # 1. The executable, checksum verified, atomic rename.
+        sha = sha256_file(self.settings.binary)
+        if self.host.file_sha256(node_files.BINARY) != sha:
+            journal.set(PENDING_RESMGR_RESTART, True)
+        journal.ensure_dir(os.path.dirname(node_files.BINARY))
+        if journal.put_file(node_files.BINARY, b"", group=RESMGR, mode=0o755,
+                            source=str(self.settings.binary), sha256=sha):
+            changed.append(node_files.BINARY)
+        failpoints.hit("binary-installed")
+
+        # 2. Unit and /etc/default file; 3. static configs.
+        desired = node_files.desired_config_files(static, settings)
+        unit_files = {p: desired.pop(p) for p in (node_files.UNIT_FILE, node_files.DEFAULT_FILE)}
+        changed += self._put_files(journal, {node_files.UNIT_FILE: unit_files[node_files.UNIT_FILE]},
+                                   [PENDING_RELOAD, PENDING_RESMGR_RESTART])
+        changed += self._put_files(journal, {node_files.DEFAULT_FILE: unit_files[node_files.DEFAULT_FILE]},
+                                   [PENDING_RESMGR_RESTART])
+        failpoints.hit("unit-files-written")
+        journal.ensure_dir(node_files.CONFIG_DIR)
+        changed += self._put_files(journal, desired, [PENDING_RESMGR_RESTART])
+        keep = set(desired) | set(unit_files) | {node_files.BINARY}
+        for path in journal.paths(RESMGR):
+            if path not in keep:
+                journal.set(PENDING_RESMGR_RESTART, True)
+                if journal.restore_file(path):
+                    changed.append(path)
+        failpoints.hit("static-config-written")
+
+        # 4. daemon-reload, enable, restart only if something it reads changed (or it is down).
+        if journal.get(PENDING_RELOAD):
+            systemd.daemon_reload(self.host)
+            journal.set(PENDING_RELOAD, False)
+        if systemd.show(self.host, node_files.UNIT, "UnitFileState")["UnitFileState"] != "enabled":
+            systemd.enable(self.host, node_files.UNIT)
+        state = systemd.is_active(self.host, node_files.UNIT)
+        restarted = False
+        if journal.get(PENDING_RESMGR_RESTART) or state != "active":
+            log.info("(re)starting %s: %s", node_files.UNIT,
+                     "its files changed" if journal.get(PENDING_RESMGR_RESTART) else f"it is {state}",
+                     extra={"unit": node_files.UNIT})
+            systemd.reset_failed(self.host, node_files.UNIT)
+            systemd.restart(self.host, node_files.UNIT)
+            journal.set(PENDING_RESMGR_RESTART, False)
+            restarted = True
+        else:
+            log.info("%s is active and nothing it reads changed; not restarting it", node_files.UNIT,
+                     extra={"unit": node_files.UNIT})
+        failpoints.hit("unit-started")
+
+        # 5. Only a relay that answers CRI Version gets kubelet.
+        try:
+            version = wait_cri(self.host, node_files.RELAY_ENDPOINT, self.settings.relay_wait_s)
+        except CriUnavailable as exc:
+            raise InstallError(f"{exc}; kubelet stays on {runtime}") from exc
+        log.info("relay answers CRI Version: %s", version, extra={"endpoint": node_files.RELAY_ENDPOINT})
+        failpoints.hit("relay-answered")
+
+        # 6.-7. Repoint kubelet, restart it, check what it really uses.
+        kubelet_changed = self.point_kubelet_at_relay(journal)
+        changed += kubelet_changed[0]
+        journal.set(PHASE, "installed")
+        failpoints.hit("install-verified")
+        log.info("install complete: %d change(s)", len(changed),
+                 extra={"changed": changed, "resmgr_restarted": restarted,
+                        "kubelet_restarted": kubelet_changed[1]})
+        return InstallReport(changed, restarted, kubelet_changed[1], journal.get(KUBELET_LAYOUT, ""),
+                             runtime, version)
+
+    def point_kubelet_at_relay(self, journal: Journal | None = None) -> tuple[list[str], bool]:
+        """Repoint kubelet (if needed) and verify. Returns (files changed, kubelet restarted)."""
+        journal = journal or self._journal()
+        cri_version(self.host, node_files.RELAY_ENDPOINT)  # never point kubelet at a silent socket
+        unit = load_kubelet_unit(self.host)
+        plan = plan_repoint(self.host, unit, node_files.RELAY_ENDPOINT, self.same_endpoint)
+        journal.set(KUBELET_LAYOUT, plan.layout)
+        journal.set(KUBELET_TARGET, "relay")
+        changed = self._put_files(journal, plan.files, [PENDING_KUBELET_RESTART], group=KUBELET)
+        log.info("kubelet layout %s: endpoint set in %s", plan.layout, ", ".join(plan.files),
+                 extra={"layout": plan.layout, "changed": changed})
+        failpoints.hit("kubelet-files-written")
+        running, _ = self.kubelet_running_endpoint()
+        if journal.get(PENDING_KUBELET_RESTART) or not self.same_endpoint(running, node_files.RELAY_ENDPOINT):
+            self._set_pending(journal, PENDING_KUBELET_RESTART)
+            self._restart_kubelet_and_verify(journal, node_files.RELAY_ENDPOINT)
+            failpoints.hit("kubelet-restarted")
+            return changed, True
+        log.info("kubelet already runs against the relay; not restarting it")
+        return changed, False
+
+    def point_kubelet_at_runtime(self, reason: str, journal: Journal | None = None) -> list[str]:
+        """Give kubelet its original files back (its original runtime endpoint) and verify."""
+        journal = journal or self._journal()
+        runtime = journal.get(RUNTIME_ENDPOINT)
+        journal.set(KUBELET_TARGET, "runtime")
+        journal.set(PENDING_KUBELET_RESTART, True)
+        restored = journal.restore_group(KUBELET)
+        log.warning("pointing kubelet back at %s: %s", runtime, reason,
+                    extra={"endpoint": runtime, "reason": reason, "restored": restored})
+        if runtime:
+            self._restart_kubelet_and_verify(journal, runtime)
+        return restored
+
+    # ----- uninstall -------------------------------------------------------------------------
+    def uninstall(self) -> list[str]:
+        """Reverse everything, in the order: kubelet, unit, cri-resmgr state, files."""
+        journal = self._journal()
+        if not journal.exists:
+            leftovers = [p for p in (node_files.UNIT_FILE, node_files.BINARY) if self.host.exists(p)]
+            if leftovers:
+                raise InstallError(f"no installer state on the node, but {leftovers} exist: not removing files "
+                                   "the installer has no record of")
+            log.info("no installer state on the node: nothing to uninstall")
+            return []
+        journal.set(PHASE, "uninstalling")
+        changed: list[str] = []
+        # 1. kubelet back to the runtime, verified.
+        if journal.paths(KUBELET) or journal.get(PENDING_KUBELET_RESTART):
+            changed += self.point_kubelet_at_runtime("uninstall", journal)
+        current = self._kubelet_file_endpoint() if systemd.unit_exists(self.host, KUBELET_UNIT) else ""
+        if current and self.same_endpoint(current, node_files.RELAY_ENDPOINT):
+            raise InstallError("kubelet's configuration still points at the relay after restoring the "
+                               "installer's changes; not stopping cri-resmgr")
+        # 2. stop and disable the unit.
+        if systemd.unit_exists(self.host, node_files.UNIT):
+            systemd.stop(self.host, node_files.UNIT)
+            if systemd.show(self.host, node_files.UNIT, "UnitFileState")["UnitFileState"] == "enabled":
+                systemd.disable(self.host, node_files.UNIT)
+        # 3. cri-resmgr's own state.
+        self._reset_resmgr_state()
+        # 4. every file, then the directories we created.
+        journal.set(PENDING_RELOAD, True)
+        for path in journal.paths(RESMGR):
+            if journal.restore_file(path):
+                changed.append(path)
+        systemd.daemon_reload(self.host)
+        systemd.reset_failed(self.host, node_files.UNIT)
+        journal.remove_dirs()
+        journal.clear()
+        log.info("uninstall complete: the node is clean", extra={"changed": changed})
+        return changed
+
+    def _reset_resmgr_state(self) -> None:
+        if self.host.exists(node_files.BINARY) and reset_policy_supported():
+            try:
+                # coreutils timeout on the node: a cri-resmgr that starts serving instead must not hang us.
+                self.host.run(["timeout", "30", node_files.BINARY, "--reset-policy"], timeout=60)
+                log.info("cri-resmgr --reset-policy done", extra={"change": "reset-policy"})
+            except HostCommandError as exc:
+                log.warning("cri-resmgr --reset-policy failed (%s); removing its state directory anyway", exc)
+        else:
+            log.info("this cri-resmgr build does not implement --reset-policy yet; removing its state "
+                     "directory is the reset")
+        for d in (node_files.RELAY_STATE_DIR, node_files.RELAY_RUNTIME_DIR):
+            if self.host.remove_tree(d):
+                log.info("removed %s", d, extra={"path": d, "change": "remove"})
+

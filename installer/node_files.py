@@ -1,0 +1,83 @@
+"""What the installer puts on the node for cri-resmgr: paths, and the files rendered from templates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jinja2
+
+from installer.static_config import FALLBACK_KEY, FORCE_KEY, StaticConfig
+from resmgr import __version__
+
+UNIT = "cri-resource-manager.service"
+BINARY = "/opt/cri-resmgr/bin/cri-resmgr"
+UNIT_FILE = f"/etc/systemd/system/{UNIT}"
+DEFAULT_FILE = "/etc/default/cri-resource-manager"
+CONFIG_DIR = "/etc/cri-resmgr"
+FALLBACK_FILE = f"{CONFIG_DIR}/{FALLBACK_KEY}"
+FORCE_FILE = f"{CONFIG_DIR}/{FORCE_KEY}"
+EXTRA_OPTIONS_FILE = f"{CONFIG_DIR}/extra-options.env"
+RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
+RELAY_ENDPOINT = f"unix://{RELAY_SOCKET}"
+RELAY_RUNTIME_DIR = "/var/run/cri-resmgr"
+RELAY_STATE_DIR = "/var/lib/cri-resmgr"
+RUNTIME_UNIT = "containerd.service"
+
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("installer", "templates"),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+
+@dataclass(frozen=True)
+class UnitSettings:
+    runtime_endpoint: str
+    runtime_unit: str = RUNTIME_UNIT
+    restart_sec: int = 2
+    start_limit_interval_s: int = 60
+    start_limit_burst: int = 10
+
+
+def render(template: str, **values: object) -> bytes:
+    return _env.get_template(template).render(installer_version=__version__, **values).encode()
+
+
+def render_unit(settings: UnitSettings) -> bytes:
+    return render("cri-resource-manager.service.j2", binary=BINARY, default_file=DEFAULT_FILE,
+                  extra_options_file=EXTRA_OPTIONS_FILE, runtime_unit=settings.runtime_unit,
+                  restart_sec=settings.restart_sec, start_limit_interval_s=settings.start_limit_interval_s,
+                  start_limit_burst=settings.start_limit_burst)
+
+
+def config_options(static: StaticConfig) -> list[str]:
+    if static.force is not None:
+        return [f"--force-config={FORCE_FILE}"]
+    if static.fallback is not None:
+        return [f"--fallback-config={FALLBACK_FILE}"]
+    return []
+
+
+def render_default(static: StaticConfig, settings: UnitSettings) -> bytes:
+    relay = [f"--relay-socket={RELAY_SOCKET}", f"--runtime-socket={settings.runtime_endpoint}"]
+    return render("cri-resource-manager.default.j2", unit=UNIT, config_options=config_options(static),
+                  relay_options=relay)
+
+
+def render_extra_options(static: StaticConfig) -> bytes:
+    return render("extra-options.env.j2", extra_options=static.extra_options)
+
+
+def desired_config_files(static: StaticConfig, settings: UnitSettings) -> dict[str, bytes]:
+    """Every small file of the cri-resmgr installation, by node path (the executable aside)."""
+    files = {
+        UNIT_FILE: render_unit(settings),
+        DEFAULT_FILE: render_default(static, settings),
+        EXTRA_OPTIONS_FILE: render_extra_options(static),
+    }
+    if static.force is not None:
+        files[FORCE_FILE] = static.force
+    elif static.fallback is not None:
+        files[FALLBACK_FILE] = static.fallback
+    return files

@@ -1,0 +1,146 @@
+"""Supervision after install: keep the node working whatever happens to cri-resmgr.
+
+Every ``interval_s`` the supervisor looks at ``cri-resource-manager.service``, calls CRI Version on
+the relay socket and reads the endpoint of the running kubelet. :func:`decide` turns that into
+one action:
+
+* **fallback**: the unit has failed or was stopped, or the relay has not answered for more than
+  ``relay_timeout_s`` (30 s). Kubelet gets its original files back (pointing at containerd) and
+  is restarted; the installer reports not-ready with the reason.
+* **recover** (what happens when cri-resmgr is healthy again): while on the fallback, a failed or
+  stopped unit is restarted at most every ``restart_backoff_s``. Once the unit is active and the
+  relay has answered continuously for ``recover_after_s``, kubelet is repointed at the relay and
+  the installer reports ready again. After ``max_fallbacks`` fallbacks within
+  ``fallback_window_s`` it stops flapping: kubelet stays on containerd and the installer stays
+  not-ready until the pod is restarted (a new rollout or an operator's delete).
+* **repoint**: kubelet runs against something other than the relay although it should not (its
+  configuration was rewritten, e.g. by gardener-node-agent): apply the repoint again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from installer import node_files, systemd
+from installer.cri_check import CriUnavailable, cri_version
+from installer.install import KUBELET_TARGET, NodeInstaller
+
+log = logging.getLogger("installer.supervisor")
+
+
+@dataclass(frozen=True)
+class SupervisorSettings:
+    interval_s: float = 5.0
+    relay_timeout_s: float = 30.0
+    recover_after_s: float = 30.0
+    restart_backoff_s: float = 60.0
+    max_fallbacks: int = 3
+    fallback_window_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class Health:
+    unit_state: str  # systemd ActiveState of cri-resource-manager.service
+    relay_error: str | None  # None when the relay answered CRI Version
+    kubelet_endpoint: str  # effective endpoint of the running kubelet, "" if unknown
+    kubelet_on_relay: bool
+
+
+@dataclass
+class SupervisorState:
+    on_relay: bool
+    last_answer: float
+    healthy_since: float | None = None
+    last_restart_attempt: float = float("-inf")
+    fallbacks: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # "none", "fallback", "recover", "repoint", "restart-unit"
+    ready: bool
+    reason: str
+
+
+def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSettings) -> Decision:
+    """Pure decision logic; updates the timers in ``state`` but performs no action."""
+    answered = health.relay_error is None
+    if answered:
+        state.last_answer = now
+    healthy = answered and health.unit_state == "active"
+    if healthy:
+        state.healthy_since = state.healthy_since if state.healthy_since is not None else now
+    else:
+        state.healthy_since = None
+    if state.on_relay:
+        if health.unit_state in ("failed", "inactive"):
+            return Decision("fallback", False, f"{node_files.UNIT} is {health.unit_state}")
+        silent = now - state.last_answer
+        if not answered and silent > s.relay_timeout_s:
+            return Decision("fallback", False, f"the relay has not answered CRI Version for {silent:.0f}s "
+                                               f"(> {s.relay_timeout_s:g}s): {health.relay_error}")
+        if not answered:
+            return Decision("none", True, f"the relay has not answered for {silent:.0f}s: {health.relay_error}")
+        if health.kubelet_endpoint and not health.kubelet_on_relay:
+            return Decision("repoint", True,
+                            f"kubelet runs against {health.kubelet_endpoint}, not the relay; repointing it")
+        return Decision("none", True, "cri-resmgr is active and kubelet uses the relay")
+    recent = [t for t in state.fallbacks if now - t <= s.fallback_window_s]
+    base = "kubelet is on the container runtime (fallback)"
+    if len(recent) >= s.max_fallbacks:
+        return Decision("none", False, f"{base}: {len(recent)} fallbacks within {s.fallback_window_s:g}s, "
+                                       "not retrying the relay until the installer pod restarts")
+    if health.unit_state in ("failed", "inactive"):
+        if now - state.last_restart_attempt >= s.restart_backoff_s:
+            state.last_restart_attempt = now
+            return Decision("restart-unit", False, f"{base}; restarting {node_files.UNIT} ({health.unit_state})")
+        return Decision("none", False, f"{base}: {node_files.UNIT} is {health.unit_state}")
+    if healthy and state.healthy_since is not None and now - state.healthy_since >= s.recover_after_s:
+        return Decision("recover", True, f"the relay has been healthy for {now - state.healthy_since:.0f}s; "
+                                         "pointing kubelet at it again")
+    detail = "relay answers, waiting for it to stay healthy" if healthy else (
+        f"{node_files.UNIT} is {health.unit_state}, relay: {health.relay_error or 'answers'}")
+    return Decision("none", False, f"{base}: {detail}")
+
+
+class Supervisor:
+    def __init__(self, installer: NodeInstaller, settings: SupervisorSettings) -> None:
+        self.installer = installer
+        self.settings = settings
+        target = installer._journal().get(KUBELET_TARGET, "relay")
+        self.state = SupervisorState(on_relay=target == "relay", last_answer=time.monotonic())
+
+    def check(self) -> Health:
+        host = self.installer.host
+        unit_state = systemd.is_active(host, node_files.UNIT)
+        try:
+            cri_version(host, node_files.RELAY_ENDPOINT)
+            relay_error = None
+        except CriUnavailable as exc:
+            relay_error = str(exc)
+        endpoint, _ = self.installer.kubelet_running_endpoint()
+        on_relay = bool(endpoint) and self.installer.same_endpoint(endpoint, node_files.RELAY_ENDPOINT)
+        return Health(unit_state, relay_error, endpoint, on_relay)
+
+    def tick(self) -> Decision:
+        now = time.monotonic()
+        decision = decide(self.state, self.check(), now, self.settings)
+        if decision.action == "none":
+            log.debug(decision.reason)
+            return decision
+        log.warning("supervisor: %s", decision.reason, extra={"action": decision.action})
+        if decision.action == "fallback":
+            self.installer.point_kubelet_at_runtime(decision.reason)
+            self.state.on_relay = False
+            self.state.fallbacks.append(now)
+            self.state.last_restart_attempt = now  # give systemd's own restarts time first
+        elif decision.action == "restart-unit":
+            systemd.reset_failed(self.installer.host, node_files.UNIT)
+            systemd.restart(self.installer.host, node_files.UNIT)
+        elif decision.action in ("recover", "repoint"):
+            self.installer.point_kubelet_at_relay()
+            self.state.on_relay = True
+            self.state.last_answer = time.monotonic()
+        return decision

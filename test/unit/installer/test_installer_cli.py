@@ -1,0 +1,56 @@
+"""cri-resmgr-installer's command line: help, modes, probe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from installer.cli import MODE_ENV, main, resolve_mode
+from installer.readiness import probe, write_ready
+
+
+def test_help_explains_modes_and_probe() -> None:
+    out = subprocess.run([sys.executable, "-m", "installer.cli", "--help"], capture_output=True, text=True, check=True)
+    for word in ("--mode", "uninstall", "probe", "--host-root", "--config-dir", "EXTRA_OPTIONS", "--ready-file",
+                 "never", "SIGTERM", "--relay-timeout"):
+        assert word in out.stdout
+
+
+def test_mode_comes_from_flag_then_env_then_default() -> None:
+    assert resolve_mode(None, {}) == "install"
+    assert resolve_mode(None, {MODE_ENV: "uninstall"}) == "uninstall"
+    assert resolve_mode("install", {MODE_ENV: "uninstall"}) == "install"
+    with pytest.raises(ValueError, match=f"\\${MODE_ENV}='remove' is not a mode"):
+        resolve_mode(None, {MODE_ENV: "remove"})
+
+
+def test_bad_arguments_fail_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--mode", "nuke", "--host-root", str(tmp_path)]) == 2
+    assert "--mode='nuke' is not a mode" in capsys.readouterr().err
+    assert main(["--binary", str(tmp_path / "missing"), "--host-root", str(tmp_path)]) == 2
+    assert "is not a file" in capsys.readouterr().err
+    assert main(["--mode", "uninstall", "--host-root", str(tmp_path / "nope")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert main(["--mode", "uninstall", "--host-root", str(tmp_path), "--host-namespaces", "mount,bogus"]) == 2
+    assert "unknown namespace 'bogus'" in capsys.readouterr().err
+
+
+def test_probe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ready = tmp_path / "ready"
+    assert main(["probe", "--ready-file", str(ready)]) == 1
+    assert "does not exist yet" in capsys.readouterr().out
+    write_ready(ready, False, "install failed: relay silent", "install")
+    assert main(["--probe", "--ready-file", str(ready)]) == 1
+    assert capsys.readouterr().out.strip() == "not ready (install): install failed: relay silent"
+    write_ready(ready, True, "installed", "install")
+    assert main(["probe", "--ready-file", str(ready)]) == 0
+    doc = json.loads(ready.read_text())
+    assert probe(ready, max_age_s=60, now=doc["ts"] + 61)[1].startswith("not ready: the installer has not reported")
+    ready.write_text("{broken")
+    assert not probe(ready)[0]
+    assert time.time() >= doc["ts"]

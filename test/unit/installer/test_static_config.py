@@ -1,0 +1,110 @@
+"""Static config from the ConfigMap: configs validated by resmgr.config, EXTRA_OPTIONS by cri-resmgr's parser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from installer import node_files
+from installer.static_config import StaticConfigError, known_flags, parse_extra_options, read_config_dir
+
+GOOD_CFG = b"policy:\n  Active: topology-aware\n  ReservedResources:\n    CPU: 750m\n"
+
+
+def write_dir(tmp_path: Path, **keys: bytes | str) -> Path:
+    d = tmp_path / "cfg"
+    d.mkdir(parents=True)
+    for key, value in keys.items():
+        name = key.replace("_cfg", ".cfg")
+        (d / name).write_bytes(value if isinstance(value, bytes) else value.encode())
+    return d
+
+
+def test_known_flags_come_from_cri_resmgr_parser() -> None:
+    from resmgr.cli import build_parser
+
+    expected = {o for a in build_parser()._actions for o in a.option_strings}
+    assert set(known_flags()) == expected
+    assert "--metrics-address" in expected
+
+
+@pytest.mark.parametrize("text,tokens", [
+    ("--metrics-address=127.0.0.1:9999 --log-level debug",
+     ["--metrics-address=127.0.0.1:9999", "--log-level", "debug"]),
+    ('EXTRA_OPTIONS="--workers=8"\n', ["--workers=8"]),
+    ("# comment\n\n--log-format json\n", ["--log-format", "json"]),
+    ("", []),
+])
+def test_extra_options_accepted(text: str, tokens: list[str]) -> None:
+    assert parse_extra_options(text) == tokens
+
+
+@pytest.mark.parametrize("text,message", [
+    ("--no-such-flag=1", "unknown cri-resmgr flag '--no-such-flag'; known flags: .*--metrics-address"),
+    ("--relay-socket=/tmp/x.sock", "--relay-socket is fixed by the installer"),
+    ("--fallback-config /x", "--fallback-config is fixed by the installer"),
+    ("--version", "would stop cri-resmgr from serving"),
+    ("--workers=many", "invalid int value: 'many'"),
+    ("--log-level loud", "invalid choice: 'loud'"),
+    ("stray", "unrecognized arguments: stray"),
+    ('--metrics-address="a b"', "cannot be passed through a systemd EnvironmentFile"),
+    ("--log-level=$(reboot)", "cannot be passed through a systemd EnvironmentFile"),
+    ('"unterminated', "cannot split"),
+    ("--workers=1 " * 3000, "over the limit"),
+])
+def test_extra_options_rejected_with_a_clear_error(text: str, message: str) -> None:
+    with pytest.raises(StaticConfigError, match=message):
+        parse_extra_options(text)
+
+
+def test_missing_dir_means_no_static_config(tmp_path: Path) -> None:
+    static = read_config_dir(tmp_path / "absent")
+    assert static.fallback is None and static.force is None and static.extra_options == []
+    assert node_files.config_options(static) == []
+
+
+def test_fallback_and_force(tmp_path: Path) -> None:
+    static = read_config_dir(write_dir(tmp_path, fallback_cfg=GOOD_CFG, EXTRA_OPTIONS="--workers=4"))
+    assert static.fallback == GOOD_CFG and static.force is None
+    assert node_files.config_options(static) == ["--fallback-config=/etc/cri-resmgr/fallback.cfg"]
+    files = node_files.desired_config_files(static, node_files.UnitSettings("unix:///run/c.sock"))
+    assert files["/etc/cri-resmgr/fallback.cfg"] == GOOD_CFG
+    assert b'EXTRA_OPTIONS="--workers=4"' in files["/etc/cri-resmgr/extra-options.env"]
+    assert b"--runtime-socket=unix:///run/c.sock" in files["/etc/default/cri-resource-manager"]
+    # force.cfg wins over fallback.cfg and replaces the flag.
+    static = read_config_dir(write_dir(tmp_path / "2", fallback_cfg=GOOD_CFG, force_cfg=GOOD_CFG))
+    assert static.force == GOOD_CFG and static.fallback is None
+    assert node_files.config_options(static) == ["--force-config=/etc/cri-resmgr/force.cfg"]
+
+
+def test_unit_is_ordered_after_containerd_before_kubelet_and_restarts_on_failure() -> None:
+    unit = node_files.render_unit(node_files.UnitSettings("unix:///run/c.sock")).decode()
+    for line in ("After=containerd.service", "Before=kubelet.service", "Restart=on-failure",
+                 "ExecStart=/opt/cri-resmgr/bin/cri-resmgr $CONFIG_OPTIONS $RELAY_OPTIONS $EXTRA_OPTIONS",
+                 "EnvironmentFile=/etc/default/cri-resource-manager",
+                 "EnvironmentFile=-/etc/cri-resmgr/extra-options.env", "WantedBy=multi-user.target"):
+        assert line in unit.splitlines()
+
+
+@pytest.mark.parametrize("keys,message", [
+    ({"fallback_cfg": "policy: [unclosed"}, "fallback.cfg: "),
+    ({"force_cfg": "policy:\n  Active: no-such-policy\n"}, "force.cfg: .*policy.Active"),
+    ({"fallback_cfg": b"\xff\xfe"}, "fallback.cfg: not UTF-8"),
+    ({"fallback_cfg": "a" * (1024 * 1024 + 1)}, "fallback.cfg: .*over the limit"),
+    ({"unknown.key": "x"}, "unknown key\\(s\\) unknown.key"),
+    ({"EXTRA_OPTIONS": "--nope"}, "EXTRA_OPTIONS: unknown cri-resmgr flag"),
+])
+def test_bad_config_dir_is_rejected_naming_the_key(tmp_path: Path, keys: dict, message: str) -> None:
+    with pytest.raises(StaticConfigError, match=message):
+        read_config_dir(write_dir(tmp_path, **keys))
+
+
+def test_configmap_volume_layout_is_understood(tmp_path: Path) -> None:
+    # kubelet mounts ConfigMaps as ..data/<key> plus key -> ..data/<key> symlinks.
+    d = tmp_path / "cm"
+    (d / "..2026_11_22").mkdir(parents=True)
+    (d / "..2026_11_22" / "fallback.cfg").write_bytes(GOOD_CFG)
+    (d / "..data").symlink_to("..2026_11_22")
+    (d / "fallback.cfg").symlink_to("..data/fallback.cfg")
+    assert read_config_dir(d).fallback == GOOD_CFG
