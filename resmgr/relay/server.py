@@ -143,16 +143,16 @@ class Relay:
     def stop(self, grace: float = 5.0) -> None:
         """Stop accepting calls, let in-flight calls finish (up to ``grace`` s), then clean up."""
         self.stopping.set()
-        if self._server is not None:
+        server, self._server = self._server, None
+        if server is not None:
             log.info("relay draining in-flight calls", extra={"grace_s": grace})
-            self._server.stop(grace).wait()
-            self._server = None
-        self.upstream.close()
-        for path in (self.relay_socket,):
+            server.stop(grace).wait()
+            # Only a socket we created is ours to remove (never another relay's, never a stray file).
             try:
-                os.unlink(path)
+                os.unlink(self.relay_socket)
             except FileNotFoundError:
                 pass
+        self.upstream.close()
         if self.pid_file:
             remove_pid_file(self.pid_file)
         self.dumper.close()

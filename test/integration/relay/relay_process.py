@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
+import socket
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -46,9 +49,11 @@ class RelayProcess:
         self.name = name
         self.proc: Process | None = None
 
-    def start(self, timeout: float = 60) -> RelayProcess:
+    def start(self, timeout: float = 60, wait: bool = True) -> RelayProcess:
+        """Launch; unless ``wait`` is false, return once the relay answers CRI Version."""
         self.proc = Process(self.name, self.argv, self.workdir)
-        self.proc.wait_until(lambda: answers_version(self.endpoint), "relay answers CRI Version", timeout)
+        if wait:
+            self.proc.wait_until(lambda: answers_version(self.endpoint), "relay answers CRI Version", timeout)
         return self
 
     @property
@@ -94,3 +99,70 @@ def metric_value(text: str, sample: str) -> float:
         if line.startswith(sample + " "):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+class SocketPump:
+    """A byte-level unix socket forwarder that can be cut, to take the runtime away from the relay."""
+
+    def __init__(self, listen_path: str, target_path: str) -> None:
+        self.listen_path, self.target_path = listen_path, target_path
+        self._server: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> SocketPump:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(self.listen_path)
+        server.listen(64)
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+        return self
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(self.target_path)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._copy, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _copy(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(2)
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        """Close the listener and every connection, and remove the socket file."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            try:
+                conn.shutdown(2)
+            except OSError:
+                pass
+            conn.close()
+        try:
+            os.unlink(self.listen_path)
+        except FileNotFoundError:
+            pass

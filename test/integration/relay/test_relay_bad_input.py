@@ -1,0 +1,170 @@
+"""Bad input of every kind: the relay answers like the runtime would, or with a clear UNAVAILABLE, and survives."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+from cri_api.v1 import api_pb2, api_pb2_grpc
+from fixtures.cri_objects import make_container_config, make_pod_config, write_json
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from integration.relay.relay_process import SocketPump
+
+from resmgr.hooks import INTERCEPTED_METHODS
+
+RUNTIME = "/runtime.v1.RuntimeService/"
+
+
+def raw_call(endpoint: str, path: str, payload: bytes, timeout: float = 10):
+    """Call ``path`` with raw bytes; return (code, details, response bytes)."""
+    with grpc.insecure_channel(endpoint) as channel:
+        try:
+            response = channel.unary_unary(path)(payload, timeout=timeout)
+        except grpc.RpcError as err:
+            return err.code(), err.details(), None
+        return grpc.StatusCode.OK, None, response
+
+
+def version_ok(endpoint: str) -> bool:
+    return raw_call(endpoint, RUNTIME + "Version", b"")[0] == grpc.StatusCode.OK
+
+
+@pytest.fixture
+def relay_ep(inproc_relay):
+    relay = inproc_relay()
+    return relay, relay.endpoint
+
+
+@pytest.mark.parametrize("method", ["CreateContainer", "RunPodSandbox", "UpdateContainerResources"])
+def test_malformed_protobuf_on_intercepted_method(containerd, relay_ep, method):
+    relay, ep = relay_ep
+    garbage = b"\x0a\xff\xff\xff\xff\x0f"
+    direct = raw_call(containerd.endpoint, RUNTIME + method, garbage)
+    relayed = raw_call(ep, RUNTIME + method, garbage)
+    assert direct[0] != grpc.StatusCode.OK
+    assert relayed[:2] == direct[:2]  # the runtime's own verdict on the original bytes
+    assert relay.metrics.registry.get_sample_value(
+        "cri_resmgr_relay_errors_total", {"method": method, "kind": "undecodable_request"}) == 1
+    assert version_ok(ep)
+
+
+@pytest.mark.parametrize("path", [RUNTIME + "NoSuchMethod", "/runtime.v1alpha9.Nope/Call", "/x/y"])
+def test_unknown_methods_are_relayed(containerd, relay_ep, path):
+    _, ep = relay_ep
+    direct = raw_call(containerd.endpoint, path, b"\x08\x01")
+    relayed = raw_call(ep, path, b"\x08\x01")
+    assert direct[0] == grpc.StatusCode.UNIMPLEMENTED
+    assert relayed == direct
+    assert version_ok(ep)
+
+
+def test_runtime_error_details_and_codes_are_preserved(containerd, relay_ep):
+    _, ep = relay_ep
+    request = api_pb2.ContainerStatusRequest(container_id="does-not-exist").SerializeToString()
+    direct = raw_call(containerd.endpoint, RUNTIME + "ContainerStatus", request)
+    relayed = raw_call(ep, RUNTIME + "ContainerStatus", request)
+    assert direct[0] == grpc.StatusCode.NOT_FOUND and relayed == direct
+
+
+def test_deadline_is_propagated(containerd, relay_ep, tmp_path):
+    _, ep = relay_ep
+    pod_cfg = write_json(tmp_path / "pod.json", make_pod_config("deadline"))
+    pod_id = containerd.crictl("runp", pod_cfg, endpoint=ep).stdout.strip()
+    cid = containerd.crictl("create", pod_id, write_json(tmp_path / "c.json", make_container_config("c")),
+                            pod_cfg, endpoint=ep).stdout.strip()
+    containerd.crictl("start", cid, endpoint=ep)
+    with grpc.insecure_channel(ep) as channel:
+        stub = api_pb2_grpc.RuntimeServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ExecSync(api_pb2.ExecSyncRequest(container_id=cid, cmd=["sleep", "30"]), timeout=1)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        ok = stub.ExecSync(api_pb2.ExecSyncRequest(container_id=cid, cmd=["echo", "still-here"]), timeout=30)
+        assert ok.stdout == b"still-here\n"
+
+
+def test_get_container_events_answer_matches_runtime(containerd, relay_ep):
+    """containerd 1.6 does not implement GetContainerEvents; the streaming path relays its answer."""
+    _, ep = relay_ep
+
+    def first_answer(endpoint: str):
+        with grpc.insecure_channel(endpoint) as channel:
+            stream = api_pb2_grpc.RuntimeServiceStub(channel).GetContainerEvents(api_pb2.GetEventsRequest(),
+                                                                                  timeout=5)
+            try:
+                return grpc.StatusCode.OK, next(stream)
+            except grpc.RpcError as err:
+                return err.code(), err.details()
+    assert first_answer(ep) == first_answer(containerd.endpoint)
+
+
+def test_unknown_streaming_method_and_client_cancel_mid_stream(containerd, relay_ep, tmp_path):
+    """containerd's own event stream is a server-streaming method the relay has never heard of."""
+    _, ep = relay_ep
+    channel = grpc.insecure_channel(ep)
+    events = channel.unary_stream("/containerd.services.events.v1.Events/Subscribe")(b"")
+    received: list[bytes] = []
+    got_one = threading.Event()
+
+    def consume() -> None:
+        try:
+            for event in events:
+                received.append(event)
+                got_one.set()
+        except grpc.RpcError:
+            pass
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    pod_cfg = write_json(tmp_path / "pod.json", make_pod_config("events"))
+    pod_id = containerd.crictl("runp", pod_cfg, endpoint=ep).stdout.strip()
+    assert got_one.wait(30), "no containerd event came through the relay"
+    threading.Event().wait(1)
+    assert any(pod_id.encode() in event for event in received)
+    events.cancel()  # the client goes away mid-stream
+    reader.join(10)
+    assert events.code() == grpc.StatusCode.CANCELLED
+    channel.close()
+    assert version_ok(ep)
+    # A fresh stream still works after the cancelled one, and a deadline ends it cleanly.
+    with grpc.insecure_channel(ep) as channel2:
+        stream = channel2.unary_stream("/containerd.services.events.v1.Events/Subscribe")(b"", timeout=1)
+        with pytest.raises(grpc.RpcError) as err:
+            list(stream)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_runtime_down_gives_clear_unavailable_and_recovers(containerd, inproc_relay):
+    pump_path = str(Path(containerd.socket).parent / "pump.sock")
+    pump = SocketPump(pump_path, containerd.socket).start()
+    try:
+        relay = inproc_relay(runtime_socket=pump_path)
+        ep = relay.endpoint
+        assert version_ok(ep)
+        pump.stop()  # the runtime goes away under the relay
+        code, details, _ = raw_call(ep, RUNTIME + "Version", b"", timeout=5)
+        assert code == grpc.StatusCode.UNAVAILABLE, details
+        assert details
+        assert relay.metrics.registry.get_sample_value(
+            "cri_resmgr_relay_errors_total", {"method": "Version", "kind": "upstream_unavailable"}) >= 1
+        pump = SocketPump(pump_path, containerd.socket).start()
+        # gRPC reconnects with backoff; the relay itself never needs a restart.
+        for _ in range(100):
+            if version_ok(ep):
+                break
+            threading.Event().wait(0.2)
+        assert version_ok(ep)
+    finally:
+        pump.stop()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(method=st.sampled_from(INTERCEPTED_METHODS), payload=st.binary(max_size=64))
+def test_fuzz_intercepted_methods_against_real_runtime(containerd, relay_ep, method, payload):
+    _, ep = relay_ep
+    direct = raw_call(containerd.endpoint, RUNTIME + method, payload)
+    relayed = raw_call(ep, RUNTIME + method, payload)
+    assert relayed[0] == direct[0]
+    assert version_ok(ep)

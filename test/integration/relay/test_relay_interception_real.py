@@ -1,0 +1,98 @@
+"""Resource-manager hooks injected into a relay in front of real containerd change what the runtime does."""
+
+from __future__ import annotations
+
+import json
+
+from cri_api.v1 import api_pb2
+from fixtures.cri_objects import make_container_config, make_pod_config, write_json
+
+from resmgr.hooks import ContainerUpdate, HookResult, NoopHook
+
+
+class PinningHook(NoopHook):
+    """Pins every new container to CPU 1; after the second container starts, moves the first to CPU 0."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.created: list[str] = []
+        self.synced: tuple[list, list] | None = None
+
+    def sync(self, pods, containers) -> None:
+        self.synced = (pods, containers)
+
+    def before(self, method, request):
+        self.calls.append(("before", method))
+        if method == "CreateContainer":
+            request.config.linux.resources.cpuset_cpus = "1"
+            return HookResult(request=request)
+        return HookResult()
+
+    def after(self, method, request, response):
+        self.calls.append(("after", method))
+        if method == "CreateContainer":
+            self.created.append(response.container_id)
+        if method == "StartContainer" and len(self.created) == 2:
+            return [ContainerUpdate(self.created[0], cpuset_cpus="0", reason="test")]
+        return []
+
+
+def test_hook_places_containers_and_updates_others(containerd, inproc_relay, tmp_path):
+    hook = PinningHook()
+    relay = inproc_relay(hook)
+    ep = relay.endpoint
+    pod_cfg = write_json(tmp_path / "pod.json", make_pod_config("hooked"))
+    pod_id = containerd.crictl("runp", pod_cfg, endpoint=ep).stdout.strip()
+    ids = []
+    for name in ("a", "b"):
+        cfg = write_json(tmp_path / f"{name}.json", make_container_config(name, cpuset_cpus="0-1"))
+        cid = containerd.crictl("create", pod_id, cfg, pod_cfg, endpoint=ep).stdout.strip()
+        containerd.crictl("start", cid, endpoint=ep)
+        ids.append(cid)
+    assert hook.created == ids
+    # b kept the hook's placement; a was moved by the update the hook asked for after b started.
+    assert containerd.cgroup_cpuset(ids[1]) == "1"
+    assert containerd.cgroup_cpuset(ids[0]) == "0"
+    assert hook.calls[:4] == [("before", "RunPodSandbox"), ("after", "RunPodSandbox"),
+                              ("before", "CreateContainer"), ("after", "CreateContainer")]
+    assert relay.metrics.registry.get_sample_value("cri_resmgr_container_updates_total", {"result": "ok"}) == 1
+    # Non-intercepted calls never reach the hook.
+    containerd.crictl("ps", endpoint=ep)
+    assert not any(m in ("ListContainers", "Version") for _, m in hook.calls)
+
+
+def test_failing_hook_never_fails_kubelet(containerd, inproc_relay, tmp_path):
+    class Broken(NoopHook):
+        def before(self, method, request):
+            raise RuntimeError("policy exploded")
+
+        def after(self, method, request, response):
+            raise RuntimeError("policy exploded again")
+
+    relay = inproc_relay(Broken())
+    ep = relay.endpoint
+    pod_cfg = write_json(tmp_path / "pod.json", make_pod_config("broken-hook"))
+    pod_id = containerd.crictl("runp", pod_cfg, endpoint=ep).stdout.strip()
+    cfg = write_json(tmp_path / "c.json", make_container_config("c", cpuset_cpus="1"))
+    cid = containerd.crictl("create", pod_id, cfg, pod_cfg, endpoint=ep).stdout.strip()
+    containerd.crictl("start", cid, endpoint=ep)
+    assert containerd.cgroup_cpuset(cid) == "1"  # the original request went through unchanged
+    for method in ("RunPodSandbox", "CreateContainer", "StartContainer"):
+        for phase in ("before", "after"):
+            assert relay.metrics.registry.get_sample_value(
+                "cri_resmgr_policy_errors_total", {"method": method, "phase": phase}) == 1
+
+
+def test_startup_sync_sees_existing_pods(containerd, inproc_relay, tmp_path):
+    pod_cfg = write_json(tmp_path / "pod.json", make_pod_config("pre-existing"))
+    pod_id = containerd.crictl("runp", pod_cfg).stdout.strip()
+    cfg = write_json(tmp_path / "c.json", make_container_config("c"))
+    cid = containerd.crictl("create", pod_id, cfg, pod_cfg).stdout.strip()
+    hook = PinningHook()
+    relay = inproc_relay(hook)
+    pods, containers = hook.synced
+    assert pod_id in [p.id for p in pods] and cid in [c.id for c in containers]
+    assert all(isinstance(p, api_pb2.PodSandbox) for p in pods)
+    assert relay.snapshot is not None and len(relay.snapshot.pods) == len(pods)
+    info = json.loads(containerd.crictl("inspectp", pod_id, endpoint=relay.endpoint).stdout)
+    assert info["status"]["id"] == pod_id
