@@ -1,0 +1,177 @@
+"""Benchmark: CRI calls directly against containerd vs through the cri-resmgr relay (`make bench-relay`).
+
+Measures added latency (Version), ListContainers and ListContainerStats with 110 containers, the
+pod-start sequence, and the relay's RSS and CPU under kubelet-like relist traffic (ListPodSandbox,
+ListContainers, ListContainerStats once a second). Direct and relayed samples are interleaved so
+machine noise hits both alike. The LAST line printed is the summary:
+
+    relay: added_p50_ms=<x> added_p99_ms=<y> podstart_ratio=<r> rss_mb=<m> idle_cpu_pct=<c>
+
+Targets (reported, not asserted): added_p50_ms <= 0.3, podstart_ratio <= 1.05, rss_mb <= 40,
+idle_cpu_pct <= 1. Environment: RELAY_BENCH_ARGS adds cri-resmgr flags (to compare options);
+RELAY_BENCH_IDLE_S sets the relist window (default 30 s).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shlex
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+from cri_api.v1 import api_pb2, api_pb2_grpc
+from integration.relay.relay_process import RelayProcess
+
+CONTAINERS = 110
+PODS = 22  # 5 containers each
+TARGETS = {"added_p50_ms": 0.3, "podstart_ratio": 1.05, "rss_mb": 40, "idle_cpu_pct": 1}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def timed(call, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def interleaved(direct_call, relay_call, rounds: int, per_round: int) -> tuple[list[float], list[float]]:
+    direct, relayed = [], []
+    for _ in range(rounds):
+        direct += timed(direct_call, per_round)
+        relayed += timed(relay_call, per_round)
+    return direct, relayed
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def pod_config(name: str) -> api_pb2.PodSandboxConfig:
+    uid = str(uuid.uuid4())
+    return api_pb2.PodSandboxConfig(
+        metadata=api_pb2.PodSandboxMetadata(name=name, namespace="bench", uid=uid),
+        hostname=name, log_directory=f"/tmp/cri-bench-logs/{uid}",
+        linux=api_pb2.LinuxPodSandboxConfig(cgroup_parent=f"/kubepods/besteffort/pod{uid}"))
+
+
+def container_config(name: str, image: str) -> api_pb2.ContainerConfig:
+    return api_pb2.ContainerConfig(metadata=api_pb2.ContainerMetadata(name=name),
+                                   image=api_pb2.ImageSpec(image=image), command=["sleep", "3600"],
+                                   log_path=f"{name}.log")
+
+
+def start_pod(stub: api_pb2_grpc.RuntimeServiceStub, name: str, image: str, containers: int = 1) -> str:
+    config = pod_config(name)
+    pod_id = stub.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=config), timeout=120).pod_sandbox_id
+    for i in range(containers):
+        cid = stub.CreateContainer(api_pb2.CreateContainerRequest(
+            pod_sandbox_id=pod_id, config=container_config(f"c{i}", image), sandbox_config=config),
+            timeout=120).container_id
+        stub.StartContainer(api_pb2.StartContainerRequest(container_id=cid), timeout=120)
+    return pod_id
+
+
+def report(name: str, direct: list[float], relayed: list[float]) -> None:
+    d50, r50 = statistics.median(direct) * 1e3, statistics.median(relayed) * 1e3
+    d99, r99 = percentile(direct, 0.99) * 1e3, percentile(relayed, 0.99) * 1e3
+    print(f"  {name:<22} direct p50={d50:8.3f}ms p99={d99:8.3f}ms | relay p50={r50:8.3f}ms p99={r99:8.3f}ms "
+          f"| added p50={r50 - d50:7.3f}ms ratio={r50 / d50:5.2f}", flush=True)
+
+
+def test_bench_relay(containerd):
+    workdir = Path(tempfile.mkdtemp(prefix="bench-relay-", dir="/tmp"))
+    extra = shlex.split(os.environ.get("RELAY_BENCH_ARGS", ""))
+    idle_window = float(os.environ.get("RELAY_BENCH_IDLE_S", "30"))
+    relay = RelayProcess(workdir, containerd.socket, args=extra).start()
+    direct_ch = grpc.insecure_channel(containerd.endpoint)
+    relay_ch = grpc.insecure_channel(relay.endpoint)
+    direct, via = api_pb2_grpc.RuntimeServiceStub(direct_ch), api_pb2_grpc.RuntimeServiceStub(relay_ch)
+    print(f"\nbench-relay: relay pid {relay.pid}, flags {extra or 'default'}", flush=True)
+    try:
+        for stub in (direct, via):  # warm up channels and the relay's method handlers
+            timed(lambda s=stub: s.Version(api_pb2.VersionRequest()), 300)
+
+        version_req = api_pb2.VersionRequest()
+        d_version, r_version = interleaved(lambda: direct.Version(version_req), lambda: via.Version(version_req),
+                                           rounds=20, per_round=150)
+        report("Version", d_version, r_version)
+
+        print(f"  creating {PODS} pods with {CONTAINERS} running containers ...", flush=True)
+        started = time.monotonic()
+        for p in range(PODS):
+            start_pod(direct, f"bench-{p}", containerd.busybox_image, CONTAINERS // PODS)
+        listed = len(direct.ListContainers(api_pb2.ListContainersRequest()).containers)
+        print(f"  {listed} containers running after {time.monotonic() - started:.1f}s", flush=True)
+        assert listed >= CONTAINERS
+
+        list_req = api_pb2.ListContainersRequest()
+        report("ListContainers(110)", *interleaved(lambda: direct.ListContainers(list_req),
+                                                   lambda: via.ListContainers(list_req), rounds=10, per_round=30))
+        stats_req = api_pb2.ListContainerStatsRequest()
+        report("ListContainerStats(110)", *interleaved(lambda: direct.ListContainerStats(stats_req),
+                                                       lambda: via.ListContainerStats(stats_req),
+                                                       rounds=5, per_round=10))
+
+        d_pod, r_pod = [], []
+        for i in range(8):
+            for stub, out in ((direct, d_pod), (via, r_pod)):
+                t = time.perf_counter()
+                start_pod(stub, f"podstart-{i}-{len(out)}-{id(out) % 7}", containerd.busybox_image)
+                out.append(time.perf_counter() - t)
+        report("pod start (run+create+start)", d_pod, r_pod)
+        podstart_ratio = statistics.median(r_pod) / statistics.median(d_pod)
+
+        # Kubelet-like relist: every second ListPodSandbox, ListContainers, ListContainerStats.
+        time.sleep(1)
+        cpu0, wall0 = proc_cpu_seconds(relay.pid), time.monotonic()
+        rss = proc_rss_mb(relay.pid)
+        deadline = wall0 + idle_window
+        next_tick = wall0
+        while next_tick < deadline:
+            via.ListPodSandbox(api_pb2.ListPodSandboxRequest())
+            via.ListContainers(api_pb2.ListContainersRequest())
+            via.ListContainerStats(api_pb2.ListContainerStatsRequest())
+            rss = max(rss, proc_rss_mb(relay.pid))
+            next_tick += 1
+            time.sleep(max(0.0, next_tick - time.monotonic()))
+        idle_cpu_pct = (proc_cpu_seconds(relay.pid) - cpu0) / (time.monotonic() - wall0) * 100
+        print(f"  relist traffic for {idle_window:.0f}s: relay cpu {idle_cpu_pct:.2f}% of a core, "
+              f"rss max {rss:.1f} MB", flush=True)
+
+        added_p50 = (statistics.median(r_version) - statistics.median(d_version)) * 1e3
+        added_p99 = (percentile(r_version, 0.99) - percentile(d_version, 0.99)) * 1e3
+        values = {"added_p50_ms": added_p50, "added_p99_ms": added_p99, "podstart_ratio": podstart_ratio,
+                  "rss_mb": rss, "idle_cpu_pct": idle_cpu_pct}
+        for key, target in TARGETS.items():
+            print(f"  target {key} <= {target}: {'met' if values[key] <= target else 'NOT met'} "
+                  f"({values[key]:.3f})", flush=True)
+        line = (f"relay: added_p50_ms={added_p50:.3f} added_p99_ms={added_p99:.3f} "
+                f"podstart_ratio={podstart_ratio:.3f} rss_mb={rss:.1f} idle_cpu_pct={idle_cpu_pct:.2f}")
+        print(line, flush=True)
+        # pytest prints its own summary after the test; repeat the line at exit so it is the LAST line.
+        atexit.register(print, line, flush=True)
+    finally:
+        direct_ch.close()
+        relay_ch.close()
+        relay.stop()
+        containerd.remove_all()
