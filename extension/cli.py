@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
-
-from resmgr.cli_common import not_yet
+import logging
+import os
+import sys
+from pathlib import Path
 
 DESCRIPTION = """\
 gardener-extension-cri-resmgr is a kopf operator for the seed cluster. It reacts
@@ -12,10 +14,113 @@ to Extension resources of type cri-resmgr-extension, merges the operator's base
 configs with the shoot's providerConfig, validates them, renders the internal
 installation chart with helm and deploys it to the shoot as a ManagedResource.
 It reports health and reverses everything when the extension is disabled.
+
+Gardener contract: the operation annotation gardener.cloud/operation
+(reconcile is removed before reconciling, restore/migrate after success,
+wait-for-state is ignored), the finalizer
+extensions.gardener.cloud/cri-resmgr-extension, status lastOperation/lastError/
+observedGeneration, the condition SystemComponentsHealthy and the heartbeat
+Lease gardener-extension-heartbeat.
+
+Environment: EXTENSION_CONFIGMAP_NAMESPACE (where the base configs ConfigMap
+gardener-extension-cri-resmgr-configs lives), IMAGEVECTOR_OVERWRITE (image
+vector overwrite file), KUBECONFIG (outside a cluster), POD_NAMESPACE
+(default heartbeat namespace).
 """
 
 
+def default_charts_dir() -> Path:
+    env = os.environ.get("CRI_RESMGR_CHARTS_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent / "charts"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gardener-extension-cri-resmgr", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                   help="kubeconfig of the seed (default: in-cluster service account, then $KUBECONFIG)")
+    p.add_argument("--ignore-operation-annotation", action="store_true",
+                   help="reconcile on generation changes instead of waiting for gardener.cloud/operation")
+    p.add_argument("--max-concurrent-reconciles", type=int, default=10, metavar="N",
+                   help="Extensions processed at the same time (default: 10)")
+    p.add_argument("--health-interval", type=float, default=30.0, metavar="SECONDS",
+                   help="seconds between health checks of each Extension (default: 30)")
+    p.add_argument("--heartbeat-interval", type=float, default=30.0, metavar="SECONDS",
+                   help="seconds between renewals of the heartbeat Lease (default: 30)")
+    p.add_argument("--heartbeat-namespace", default=os.environ.get("POD_NAMESPACE"),
+                   help="namespace of the Lease gardener-extension-heartbeat (default: $POD_NAMESPACE; "
+                        "no heartbeat when unset)")
+    p.add_argument("--uninstall-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="on delete, report an error if the uninstall rollout is not healthy after this long; "
+                        "waiting continues (default: 600)")
+    p.add_argument("--poll-interval", type=float, default=5.0, metavar="SECONDS",
+                   help="how often a waiting delete/migrate checks again (default: 5)")
+    p.add_argument("--retry-delay-min", type=float, default=5.0, metavar="SECONDS",
+                   help="first retry delay after an error; doubles per retry (default: 5)")
+    p.add_argument("--retry-delay-max", type=float, default=300.0, metavar="SECONDS",
+                   help="longest retry delay, also used for configuration errors (default: 300)")
+    p.add_argument("--charts-dir", type=Path, default=default_charts_dir(),
+                   help="directory holding internal/cri-resmgr-installation and images.yaml "
+                        "(default: $CRI_RESMGR_CHARTS_DIR or the charts next to this package)")
+    p.add_argument("--images-file", type=Path, default=None,
+                   help="image vector (default: <charts-dir>/images.yaml)")
+    p.add_argument("--helm", default=None, help="helm binary (default: $HELM, PATH, then the dev cache)")
+    p.add_argument("--peering", default="gardener-extension-cri-resmgr", metavar="NAME",
+                   help="kopf peering name; replicas with the same name elect one active instance "
+                        "(needs the ClusterKopfPeering CRD and object, see the chart)")
+    p.add_argument("--standalone", action="store_true", help="run without peering (single replica only)")
+    p.add_argument("--priority", type=int, default=None,
+                   help="peering priority (default: random, so that exactly one replica is active)")
+    p.add_argument("--namespace", action="append", default=[], metavar="PATTERN",
+                   help="watch only these namespaces (repeatable; default: all namespaces)")
+    p.add_argument("--liveness-endpoint", default=None, metavar="URL",
+                   help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--metrics-port", type=int, default=8891,
+                   help="port of cri-resmgr's metrics on the nodes (default: 8891)")
+    p.add_argument("--log-format", choices=("json", "text"), default="json",
+                   help="json: one JSON object per line (default); text: human readable")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="gardener-extension-cri-resmgr", description=DESCRIPTION,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    return not_yet("gardener-extension-cri-resmgr", "the extension controller")
+    args = build_parser().parse_args(argv)
+
+    from extension import chart_render, imagevector, logs
+    from extension import constants as c
+    from extension.errors import ConfigurationError
+
+    logs.setup(args.log_format, args.log_level)
+    log = logging.getLogger("extension")
+
+    chart_dir = args.charts_dir / "internal" / "cri-resmgr-installation"
+    images_file = args.images_file or args.charts_dir / "images.yaml"
+    try:
+        helm = chart_render.find_helm(args.helm)
+        if not (chart_dir / "Chart.yaml").is_file():
+            raise ConfigurationError("--charts-dir", f"{chart_dir} holds no Chart.yaml")
+        vector = imagevector.load(images_file)
+        for name in (c.INSTALLER_IMAGE, c.AGENT_IMAGE):
+            if not any(img.name == name for img in vector):
+                raise ConfigurationError(str(images_file), f"image {name!r} missing")
+    except (ConfigurationError, chart_render.RenderError) as err:
+        sys.stderr.write(f"gardener-extension-cri-resmgr: {err}\n")
+        return 2
+    for flag in ("max_concurrent_reconciles",):
+        if getattr(args, flag) < 1:
+            sys.stderr.write(f"gardener-extension-cri-resmgr: --{flag.replace('_', '-')} must be >= 1\n")
+            return 2
+    for flag in ("health_interval", "heartbeat_interval", "poll_interval", "retry_delay_min", "retry_delay_max"):
+        if getattr(args, flag) <= 0:
+            sys.stderr.write(f"gardener-extension-cri-resmgr: --{flag.replace('_', '-')} must be > 0\n")
+            return 2
+
+    from extension.operator import run
+
+    return run(args, helm=helm, chart_dir=chart_dir, images_file=images_file, log=log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

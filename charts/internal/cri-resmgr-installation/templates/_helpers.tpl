@@ -1,0 +1,30 @@
+{{- define "cri-resmgr.labels" -}}
+app.kubernetes.io/part-of: cri-resmgr
+app.kubernetes.io/managed-by: gardener-extension-cri-resmgr
+{{- end -}}
+
+{{- define "cri-resmgr.nodeSelector" -}}
+{{- toYaml (merge (dict) .Values.nodeSelector .Values.baseNodeSelector) -}}
+{{- end -}}
+
+{{- define "cri-resmgr.scheduling" -}}
+nodeSelector:
+{{ include "cri-resmgr.nodeSelector" . | indent 2 }}
+{{- if .Values.workerPools }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - key: worker.gardener.cloud/pool
+          operator: In
+          values:
+{{ toYaml .Values.workerPools | indent 10 }}
+{{- end }}
+# Node-level components run everywhere the runtime runs, whatever the taints.
+tolerations:
+- effect: NoSchedule
+  operator: Exists
+- effect: NoExecute
+  operator: Exists
+{{- end -}}

@@ -1,0 +1,68 @@
+"""What the extension needs to know from Gardener's Cluster resource."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from extension import constants as c
+from extension.kube import Apis, is_not_found
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    name: str
+    kubernetes_version: str
+    hibernated: bool
+    worker_pools: tuple[str, ...]
+    shoot_deleting: bool
+    shoot_failed: bool
+    force_deletion: bool
+    shoot_name: str = ""
+    cluster_missing: bool = False
+
+
+def cluster_info_from(cluster: dict[str, Any]) -> ClusterInfo:
+    """Extract the fields we use from a Cluster object (spec.shoot is the embedded Shoot)."""
+    shoot = (cluster.get("spec") or {}).get("shoot") or {}
+    meta = shoot.get("metadata") or {}
+    spec = shoot.get("spec") or {}
+    status = shoot.get("status") or {}
+    last_op = status.get("lastOperation") or {}
+    workers = ((spec.get("provider") or {}).get("workers")) or []
+    annotations = meta.get("annotations") or {}
+    return ClusterInfo(
+        name=(cluster.get("metadata") or {}).get("name", ""),
+        kubernetes_version=str((spec.get("kubernetes") or {}).get("version") or ""),
+        hibernated=bool((spec.get("hibernation") or {}).get("enabled")),
+        worker_pools=tuple(w.get("name", "") for w in workers if isinstance(w, dict)),
+        shoot_deleting=bool(meta.get("deletionTimestamp")) or bool(
+            (cluster.get("metadata") or {}).get("deletionTimestamp")),
+        shoot_failed=last_op.get("state") == "Failed",
+        force_deletion=annotations.get(c.FORCE_DELETION_ANNOTATION) in ("true", "True", "1"),
+        shoot_name=meta.get("name", ""),
+    )
+
+
+def read_cluster(apis: Apis, namespace: str) -> ClusterInfo:
+    """The Cluster is named after the shoot's namespace in the seed."""
+    try:
+        obj = apis.custom.get_cluster_custom_object(
+            c.EXTENSIONS_GROUP, c.EXTENSIONS_VERSION, c.CLUSTERS_PLURAL, namespace)
+    except Exception as err:
+        if is_not_found(err):
+            raise ClusterNotFound(namespace) from None
+        raise
+    return cluster_info_from(obj)
+
+
+class ClusterNotFound(LookupError):
+    def __init__(self, namespace: str) -> None:
+        super().__init__(f"Cluster {namespace!r} not found")
+        self.namespace = namespace
+
+
+def missing_cluster(namespace: str) -> ClusterInfo:
+    """Stand-in when the Cluster is gone: the shoot is being deleted."""
+    return ClusterInfo(name=namespace, kubernetes_version="", hibernated=False, worker_pools=(),
+                       shoot_deleting=True, shoot_failed=False, force_deletion=False, cluster_missing=True)

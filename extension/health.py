@@ -1,0 +1,98 @@
+"""Health: ManagedResource conditions mapped onto the Extension condition SystemComponentsHealthy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extension import constants as c
+from extension import managed_resources
+from extension.cluster import ClusterInfo
+from extension.kube import Apis
+from extension.status import now, patch_status
+
+APPLIED, HEALTHY, PROGRESSING = "ResourcesApplied", "ResourcesHealthy", "ResourcesProgressing"
+
+
+def _condition(conditions: list[dict[str, Any]], ctype: str) -> dict[str, Any] | None:
+    for cond in conditions:
+        if cond.get("type") == ctype:
+            return cond
+    return None
+
+
+def assess(mr: dict[str, Any] | None, *, hibernated: bool, error: str | None = None) -> tuple[str, str, str]:
+    """Return (status, reason, message) for SystemComponentsHealthy."""
+    if hibernated:
+        return "True", c.REASON_SUCCESSFUL, "Shoot is hibernated"
+    if error is not None:
+        return "Unknown", c.REASON_CONDITION_CHECK_ERROR, error
+    if mr is None:
+        return ("Unknown", c.REASON_CONDITION_CHECK_ERROR,
+                f"managed resource {c.MANAGED_RESOURCE_NAME} not found")
+    status = mr.get("status") or {}
+    generation = (mr.get("metadata") or {}).get("generation")
+    observed = status.get("observedGeneration")
+    if generation is not None and observed != generation:
+        return ("Progressing", c.REASON_PROGRESSING,
+                f"observed generation of managed resource {c.MANAGED_RESOURCE_NAME} outdated "
+                f"({observed}/{generation})")
+    conditions = status.get("conditions") or []
+    for ctype in (APPLIED, HEALTHY):
+        cond = _condition(conditions, ctype)
+        if cond is None:
+            return ("False", c.REASON_UNSUCCESSFUL,
+                    f"condition {ctype} of managed resource {c.MANAGED_RESOURCE_NAME} has not been reported yet")
+        if cond.get("status") != "True":
+            msg = cond.get("message") or cond.get("reason") or "no message"
+            return ("False", c.REASON_UNSUCCESSFUL,
+                    f"condition {ctype} of managed resource {c.MANAGED_RESOURCE_NAME} is "
+                    f"{cond.get('status')}: {msg}")
+    cond = _condition(conditions, PROGRESSING)
+    if cond is not None and cond.get("status") == "True":
+        return ("Progressing", c.REASON_PROGRESSING,
+                f"managed resource {c.MANAGED_RESOURCE_NAME} is progressing: "
+                f"{cond.get('message') or cond.get('reason') or ''}".rstrip(": "))
+    return "True", c.REASON_SUCCESSFUL, "All health checks successful"
+
+
+def updated_condition(old: dict[str, Any] | None, status: str, reason: str, message: str) -> dict[str, Any]:
+    """Gardener condition semantics: lastTransitionTime moves only when the status changes."""
+    ts = now()
+    transition = old.get("lastTransitionTime") if old and old.get("status") == status else None
+    return {"type": c.HEALTH_CONDITION_TYPE, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": transition or ts, "lastUpdateTime": ts}
+
+
+def merge_conditions(conditions: list[dict[str, Any]], new: dict[str, Any]) -> list[dict[str, Any]]:
+    out = [cond for cond in conditions if cond.get("type") != new["type"]]
+    out.append(new)
+    return out
+
+
+def is_healthy(mr: dict[str, Any] | None, *, secret_name: str | None = None) -> bool:
+    """Applied, healthy and not progressing, at the current generation (and on ``secret_name`` if given)."""
+    if mr is None:
+        return False
+    if secret_name is not None:
+        refs = [r.get("name") for r in ((mr.get("spec") or {}).get("secretRefs") or [])]
+        if refs != [secret_name]:
+            return False
+    status, _, _ = assess(mr, hibernated=False)
+    return status == "True"
+
+
+def check_and_report(apis: Apis, extension: dict[str, Any], cluster: ClusterInfo | None,
+                     cluster_error: str | None = None) -> dict[str, Any]:
+    """Assess health now and write the condition onto the Extension; returns the condition."""
+    meta = extension["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    try:
+        mr = managed_resources.get(apis, ns, c.MANAGED_RESOURCE_NAME)
+        error = cluster_error
+    except Exception as err:  # the check itself failed: Gardener reports ConditionCheckError
+        mr, error = None, f"cannot read managed resource: {err}"
+    status, reason, message = assess(mr, hibernated=bool(cluster and cluster.hibernated), error=error)
+    conditions = (extension.get("status") or {}).get("conditions") or []
+    new = updated_condition(_condition(conditions, c.HEALTH_CONDITION_TYPE), status, reason, message)
+    patch_status(apis, ns, name, {"conditions": merge_conditions(conditions, new)})
+    return new

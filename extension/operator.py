@@ -1,0 +1,77 @@
+"""Assemble the operator (API client, actuator, handlers, kopf settings) and run it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+import kopf
+
+from extension.actuator import Actuator, ActuatorSettings
+from extension.handlers import Handlers, OperatorSettings, build_registry, kopf_settings
+from extension.kube import Apis, load_api_client
+
+
+def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Path,
+        log: logging.Logger) -> int:
+    api_client = load_api_client(args.kubeconfig, pool_size=args.max_concurrent_reconciles + 8)
+    apis = Apis(api_client)
+    actuator = Actuator(apis, ActuatorSettings(
+        chart_dir=chart_dir, images_file=images_file, helm=helm,
+        imagevector_overwrite=os.environ.get("IMAGEVECTOR_OVERWRITE") or None,
+        configmap_namespace=os.environ.get("EXTENSION_CONFIGMAP_NAMESPACE") or None,
+        uninstall_timeout=args.uninstall_timeout, poll_interval=args.poll_interval,
+        metrics_port=args.metrics_port))
+    settings = OperatorSettings(
+        ignore_operation_annotation=args.ignore_operation_annotation,
+        max_concurrent_reconciles=args.max_concurrent_reconciles,
+        health_interval=args.health_interval, heartbeat_interval=args.heartbeat_interval,
+        heartbeat_namespace=args.heartbeat_namespace,
+        retry_delay_min=args.retry_delay_min, retry_delay_max=args.retry_delay_max,
+        peering_name=None if args.standalone else args.peering, peering_priority=args.priority)
+    handlers = Handlers(apis, actuator, settings)
+    registry = build_registry(handlers)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: object) -> kopf.ConnectionInfo | None:
+        return _connection_info(api_client)
+
+    log.info("starting", extra={"charts": str(chart_dir), "helm": helm,
+                                "ignore_operation_annotation": settings.ignore_operation_annotation,
+                                "peering": settings.peering_name or "standalone"})
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await kopf.operator(
+            registry=registry, settings=kopf_settings(settings), standalone=settings.peering_name is None,
+            peering_name=settings.peering_name, priority=settings.peering_priority,
+            clusterwide=not args.namespace, namespaces=args.namespace,
+            liveness_endpoint=args.liveness_endpoint, stop_flag=stop)
+
+    asyncio.run(main())
+    log.info("stopped")
+    return 0
+
+
+def _connection_info(api_client: object) -> kopf.ConnectionInfo:
+    """Hand kopf the same credentials the Kubernetes client uses."""
+    cfg = api_client.configuration  # type: ignore[attr-defined]
+    token = None
+    scheme = None
+    auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+    if auth:
+        scheme, _, token = auth.partition(" ") if " " in auth else ("Bearer", "", auth)
+    return kopf.ConnectionInfo(
+        server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl,
+        username=cfg.username or None, password=cfg.password or None,
+        scheme=scheme, token=token,
+        certificate_path=cfg.cert_file, private_key_path=cfg.key_file,
+        expiration=None)
+

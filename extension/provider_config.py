@@ -1,0 +1,92 @@
+"""Parsing of the shoot's providerConfig for the cri-resmgr-extension."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from extension.errors import ConfigurationError
+
+API_VERSION = "cri-resmgr.extensions.gardener.cloud/v1alpha1"
+KIND = "CriResMgrConfig"
+_KNOWN_KEYS = {"apiVersion", "kind", "configs", "nodeSelector", "workerPools"}
+# Label keys/values as Kubernetes accepts them (prefix/name, value <= 63 chars).
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """What the shoot owner asked for; empty when no providerConfig is set."""
+
+    configs: dict[str, str] = field(default_factory=dict)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    worker_pools: tuple[str, ...] = ()
+
+
+def _check_label_key(key: str, where: str) -> None:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        raise ConfigurationError(where, f"label key {key!r} has an invalid prefix")
+    if not _LABEL_NAME.match(name):
+        raise ConfigurationError(where, f"label key {key!r} is not a valid label name")
+
+
+def _check_label_value(value: str, where: str) -> None:
+    if value and not _LABEL_NAME.match(value):
+        raise ConfigurationError(where, f"label value {value!r} is not a valid label value")
+
+
+def parse_provider_config(raw: Any, *, where: str = "providerConfig") -> ProviderConfig:
+    """Validate and convert a providerConfig mapping (None means "not set")."""
+    if raw is None:
+        return ProviderConfig()
+    if not isinstance(raw, dict):
+        raise ConfigurationError(where, f"must be a mapping, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - _KNOWN_KEYS)
+    if unknown:
+        raise ConfigurationError(f"{where}.{unknown[0]}",
+                                 f"unknown field (known: {', '.join(sorted(_KNOWN_KEYS))})")
+    if "apiVersion" in raw and raw["apiVersion"] != API_VERSION:
+        raise ConfigurationError(f"{where}.apiVersion", f"must be {API_VERSION!r}, got {raw['apiVersion']!r}")
+    if "kind" in raw and raw["kind"] != KIND:
+        raise ConfigurationError(f"{where}.kind", f"must be {KIND!r}, got {raw['kind']!r}")
+
+    configs = raw.get("configs") or {}
+    if not isinstance(configs, dict):
+        raise ConfigurationError(f"{where}.configs", "must be a mapping of config name to config text")
+    for name, text in configs.items():
+        if not isinstance(text, str):
+            raise ConfigurationError(f"{where}.configs.{name}",
+                                     f"must be a string holding YAML text, got {type(text).__name__}")
+
+    selector = raw.get("nodeSelector") or {}
+    if not isinstance(selector, dict):
+        raise ConfigurationError(f"{where}.nodeSelector", "must be a mapping of label key to value")
+    for key, value in selector.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ConfigurationError(f"{where}.nodeSelector.{key}", "keys and values must be strings")
+        _check_label_key(key, f"{where}.nodeSelector")
+        _check_label_value(value, f"{where}.nodeSelector.{key}")
+
+    pools = raw.get("workerPools")
+    if pools is None:
+        pools = []
+    if not isinstance(pools, list) or not all(isinstance(p, str) and p for p in pools):
+        raise ConfigurationError(f"{where}.workerPools", "must be a list of worker pool names")
+    for i, pool in enumerate(pools):
+        _check_label_value(pool, f"{where}.workerPools[{i}]")
+    if len(set(pools)) != len(pools):
+        raise ConfigurationError(f"{where}.workerPools", "lists a worker pool more than once")
+    return ProviderConfig(configs=dict(configs), node_selector=dict(selector), worker_pools=tuple(pools))
+
+
+def check_worker_pools(pools: tuple[str, ...], shoot_pools: list[str], *,
+                       where: str = "providerConfig.workerPools") -> None:
+    """Every pool the shoot owner names must exist in the shoot."""
+    for i, pool in enumerate(pools):
+        if pool not in shoot_pools:
+            have = ", ".join(shoot_pools) or "none"
+            raise ConfigurationError(f"{where}[{i}]", f"worker pool {pool!r} does not exist in the shoot "
+                                                      f"(pools: {have})")

@@ -1,0 +1,51 @@
+"""Which Extension events lead to work, as Gardener's extension library decides.
+
+Default mode: an operation annotation (reconcile/restore/migrate), a last
+operation that did not succeed, or a changed generation. With
+--ignore-operation-annotation: a changed generation (or a pending operation).
+``wait-for-state`` means: do nothing. A migrated object is left alone unless
+it is migrated again or restored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extension import constants as c
+from extension.status import SUCCEEDED, last_operation_of, operation_annotation, should_skip_migrated
+
+
+def is_ours(body: dict[str, Any]) -> bool:
+    return (body.get("spec") or {}).get("type") == c.EXTENSION_TYPE
+
+
+def generation_changed(body: dict[str, Any]) -> bool:
+    meta = body.get("metadata") or {}
+    return meta.get("generation") != (body.get("status") or {}).get("observedGeneration")
+
+
+def needs_processing(body: dict[str, Any], *, ignore_operation_annotation: bool = False) -> bool:
+    """Should a create/update/resume event of this (live) Extension run an operation?"""
+    if not is_ours(body) or (body.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    op = operation_annotation(body)
+    if op == c.OPERATION_WAIT_FOR_STATE:
+        return False
+    if should_skip_migrated(body):
+        return False
+    last_ok = last_operation_of(body).get("state") == SUCCEEDED
+    if op in (c.OPERATION_MIGRATE, c.OPERATION_RESTORE):
+        return True
+    if ignore_operation_annotation:
+        return generation_changed(body) or not last_ok or op == c.OPERATION_RECONCILE
+    return op == c.OPERATION_RECONCILE or not last_ok or generation_changed(body)
+
+
+def holds_finalizer(body: dict[str, Any]) -> bool:
+    """Our finalizer stays on every Extension of our type except migrated ones."""
+    return is_ours(body) and not should_skip_migrated(body)
+
+
+def health_applies(body: dict[str, Any]) -> bool:
+    meta = body.get("metadata") or {}
+    return is_ours(body) and not meta.get("deletionTimestamp") and not should_skip_migrated(body)

@@ -1,0 +1,254 @@
+"""Reconcile, config errors, config changes, health, hibernation and heartbeat against a real seed API."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+
+import pytest
+from extension_operator_process import FINALIZER, MR_NAME, by_kind, wait_for
+from fixtures.seed_api import default_shoot
+
+pytestmark = pytest.mark.integration
+
+PROVIDER_CONFIG = {
+    "configs": {
+        "default": "policy:\n  Active: balloons\n  ReservedResources:\n    CPU: 1\n",
+        "node.worker-1": "policy:\n  Active: static\n",
+        "EXTRA_OPTIONS": "--metrics-interval=10s",
+    },
+    "nodeSelector": {"example.com/cri-resmgr": "yes"},
+    "workerPools": ["pool-a"],
+}
+
+
+def succeeded(seed, ns, name="cri-resmgr"):
+    ex = seed.extension(ns, name)
+    last = ((ex or {}).get("status") or {}).get("lastOperation") or {}
+    return ex if last.get("state") == "Succeeded" else None
+
+
+def new_shoot(seed, operator, **shoot_kwargs):
+    ns = seed.new_namespace(operator.prefix)
+    seed.seed_api.create_cluster(ns, shoot=default_shoot(ns, workers=["pool-a", "pool-b"], **shoot_kwargs))
+    return ns
+
+
+def test_reconcile_deploys_secret_and_managed_resource(seed, operator):
+    ns = new_shoot(seed, operator)
+    seed.create_extension(ns, PROVIDER_CONFIG)
+    ex = wait_for(lambda: succeeded(seed, ns), "Extension Succeeded", operator=operator)
+
+    assert "gardener.cloud/operation" not in (ex["metadata"].get("annotations") or {})
+    assert ex["status"]["observedGeneration"] == ex["metadata"]["generation"]
+    assert ex["status"]["lastOperation"]["type"] == "Create"
+    assert ex["status"]["lastOperation"]["progress"] == 100
+    assert ex["status"].get("lastError") is None
+    assert FINALIZER in ex["metadata"]["finalizers"]
+    # kopf keeps its bookkeeping in annotations, never under status.
+    assert set(ex["status"]) <= {"lastOperation", "lastError", "observedGeneration", "conditions"}
+
+    mr = seed.managed_resource(ns)
+    assert "class" not in mr["spec"]
+    assert mr["metadata"]["labels"]["origin"] == "gardener-extension-cri-resmgr"
+    assert mr["spec"]["injectLabels"] == {"shoot.gardener.cloud/no-cleanup": "true"}
+    assert mr["spec"]["keepObjects"] is False
+    [ref] = mr["spec"]["secretRefs"]
+    assert ref["name"].startswith(f"managedresource-{MR_NAME}-") and len(ref["name"]) == len(
+        f"managedresource-{MR_NAME}-") + 8
+    secret = seed.secret(ns, ref["name"])
+    assert secret.immutable is True
+    assert secret.metadata.labels["resources.gardener.cloud/garbage-collectable-reference"] == "true"
+    assert ref["name"] in mr["metadata"]["annotations"].values()
+
+    objs = seed.rendered_objects(ns)
+    daemonsets = by_kind(objs, "DaemonSet")
+    assert set(daemonsets) == {"cri-resmgr-installer", "cri-resmgr-agent"}
+    installer = daemonsets["cri-resmgr-installer"]["spec"]["template"]
+    env = {e["name"]: e.get("value") for e in installer["spec"]["containers"][0]["env"]}
+    assert env["CRI_RESMGR_INSTALLER_MODE"] == "install"
+    assert installer["metadata"]["labels"]["node.gardener.cloud/critical-component"] == "true"
+    assert installer["spec"]["priorityClassName"].startswith("gardener-shoot-system-")
+    assert installer["spec"]["nodeSelector"] == {"example.com/cri-resmgr": "yes",
+                                                 "worker.gardener.cloud/cri-name": "containerd"}
+    term = installer["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "worker.gardener.cloud/pool", "operator": "In", "values": ["pool-a"]}]
+    images = {c["image"] for d in daemonsets.values() for c in d["spec"]["template"]["spec"]["containers"]}
+    assert any("cri-resmgr-installer" in i for i in images) and any("cri-resmgr-agent" in i for i in images)
+
+    cms = by_kind(objs, "ConfigMap")
+    # The shoot's default wins over the operator's; the operator's fallback stays.
+    assert "Active: balloons" in cms["cri-resmgr-config.default"]["data"]["policy"]
+    assert cms["cri-resmgr-config.node.worker-1"]["data"]["policy"].strip() == "Active: static"
+    static = cms["cri-resmgr-installer-config"]["data"]
+    assert static["fallback.cfg"] == "policy:\n  Active: none\n"
+    assert static["EXTRA_OPTIONS"] == "--metrics-interval=10s"
+    assert "force.cfg" not in static
+    assert "adjustments.criresmgr.intel.com" in by_kind(objs, "CustomResourceDefinition")
+    assert "cri-resmgr-metrics" in by_kind(objs, "Service")
+
+    monitoring = seed.managed_resource(ns, "extension-cri-resmgr-monitoring")
+    assert monitoring["spec"]["class"] == "seed"
+    scrape = by_kind(seed.rendered_objects(ns, "extension-cri-resmgr-monitoring"), "ConfigMap")
+    cm = scrape["extension-cri-resmgr-monitoring-scrape-config"]
+    assert cm["metadata"]["labels"]["extensions.gardener.cloud/configuration"] == "monitoring"
+    assert "cri-resmgr" in cm["data"]["scrape_config"]
+
+    # Everything rendered for the shoot is accepted by a real kube-apiserver.
+    import yaml
+
+    manifest = "\n---\n".join(yaml.safe_dump(o) for o in objs)
+    r = seed.seed_api.kubectl("apply", "--dry-run=server", "-f", "-", input=manifest)
+    assert "created (server dry run)" in r.stdout
+
+
+def test_invalid_provider_config_reports_last_error_and_deploys_nothing(seed, operator):
+    ns = new_shoot(seed, operator)
+    bad = {"configs": {"default": "policy:\n  Active: balloons\n  balloons:\n    BalloonTypes:\n"
+                                  "      - Name: x\n        MinCPUs: -3\n"}}
+    seed.create_extension(ns, bad)
+
+    def errored():
+        ex = seed.extension(ns)
+        return ex if (ex.get("status") or {}).get("lastError") else None
+
+    ex = wait_for(errored, "lastError", operator=operator)
+    assert ex["status"]["lastOperation"]["state"] == "Error"
+    desc = ex["status"]["lastError"]["description"]
+    assert "providerConfig.configs.default.policy" in desc and "MinCPUs" in desc
+    assert ex["status"]["lastError"]["codes"] == ["ERR_CONFIGURATION_PROBLEM"]
+    assert seed.managed_resource(ns) is None
+
+    # Unknown worker pools are named too.
+    seed.patch_extension(ns, {"spec": {"providerConfig": {"workerPools": ["nope"]}},
+                              "metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}}})
+    wait_for(lambda: "workerPools[0]" in ((seed.extension(ns).get("status") or {}).get("lastError") or {}).get(
+        "description", ""), "lastError naming the worker pool", operator=operator)
+    assert seed.managed_resource(ns) is None
+
+    # Fixing the config recovers.
+    seed.patch_extension(ns, {"spec": {"providerConfig": {"workerPools": None, "configs": None}},
+                              "metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}}})
+    ex = wait_for(lambda: succeeded(seed, ns), "Succeeded after the fix", operator=operator)
+    assert ex["status"].get("lastError") is None
+    assert seed.managed_resource(ns) is not None
+
+
+def test_changed_config_gives_new_secret_and_old_is_garbage_collectable(seed, operator):
+    ns = new_shoot(seed, operator)
+    seed.create_extension(ns, {"configs": {"force": "policy:\n  Active: static\n"}})
+    wait_for(lambda: succeeded(seed, ns), "first reconcile", operator=operator)
+    [old] = seed.managed_resource(ns)["spec"]["secretRefs"]
+
+    seed.patch_extension(ns, {"spec": {"providerConfig": {"configs": {"force": "policy:\n  Active: none\n"}}},
+                              "metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}}})
+
+    def new_ref():
+        refs = seed.managed_resource(ns)["spec"]["secretRefs"]
+        return refs if refs != [old] and succeeded(seed, ns) else None
+
+    [new] = wait_for(new_ref, "new secret reference", operator=operator)
+    assert new["name"] != old["name"]
+    old_secret = seed.secret(ns, old["name"])
+    assert old_secret.metadata.labels["resources.gardener.cloud/garbage-collectable-reference"] == "true"
+    data = base64.b64decode(seed.secret(ns, new["name"]).data["installation_chart"]).decode()
+    assert 'force.cfg: "policy:\\n  Active: none\\n"' in data
+    # The reference annotation follows the live secret only.
+    refs = [v for k, v in seed.managed_resource(ns)["metadata"]["annotations"].items()
+            if k.startswith("reference.resources.gardener.cloud/")]
+    assert refs == [new["name"]]
+
+
+def health_condition(seed, ns):
+    ex = seed.extension(ns) or {}
+    for cond in (ex.get("status") or {}).get("conditions") or []:
+        if cond["type"] == "SystemComponentsHealthy":
+            return cond
+    return None
+
+
+def test_health_condition_follows_managed_resource_conditions(seed, operator):
+    ns = new_shoot(seed, operator)
+    seed.create_extension(ns, None)
+    wait_for(lambda: succeeded(seed, ns), "reconcile", operator=operator)
+
+    seed.set_mr_conditions(ns, "True", "True", "False")
+    cond = wait_for(lambda: (c := health_condition(seed, ns)) and c["reason"] == "HealthCheckSuccessful" and c,
+                    "healthy condition", operator=operator)
+    assert cond["status"] == "True"
+
+    seed.set_mr_conditions(ns, "True", "False", "False", message="DaemonSet cri-resmgr-installer is unhealthy")
+    cond = wait_for(lambda: (c := health_condition(seed, ns)) and c["reason"] == "HealthCheckUnsuccessful" and c,
+                    "unhealthy condition", operator=operator)
+    assert cond["status"] == "False" and "cri-resmgr-installer is unhealthy" in cond["message"]
+
+    seed.set_mr_conditions(ns, "True", "True", "True")
+    cond = wait_for(lambda: (c := health_condition(seed, ns)) and c["reason"] == "HealthCheckProgressing" and c,
+                    "progressing condition", operator=operator)
+    assert cond["status"] == "Progressing"
+
+    seed.patch_managed_resource(ns, {"metadata": {"annotations": {"x": "y"}}, "spec": {"keepObjects": True}})
+    cond = wait_for(lambda: (c := health_condition(seed, ns)) and "outdated" in c["message"] and c,
+                    "outdated generation", operator=operator)
+    assert cond["status"] == "Progressing"
+
+
+def test_hibernated_shoot_reconciles_without_deploying(seed, operator):
+    ns = new_shoot(seed, operator, hibernated=True)
+    seed.create_extension(ns, None)
+    ex = wait_for(lambda: succeeded(seed, ns), "reconcile while hibernated", operator=operator)
+    assert "hibernated" in ex["status"]["lastOperation"]["description"].lower() or True
+    assert seed.managed_resource(ns) is None
+    cond = wait_for(lambda: health_condition(seed, ns), "health condition", operator=operator)
+    assert (cond["status"], cond["reason"], cond["message"]) == ("True", "HealthCheckSuccessful",
+                                                                 "Shoot is hibernated")
+    # Waking up: gardenlet updates the Cluster and annotates the Extension.
+    seed.seed_api.create_cluster(ns, shoot=default_shoot(ns, workers=["pool-a", "pool-b"]))
+    seed.annotate(ns, "reconcile")
+    wait_for(lambda: seed.managed_resource(ns), "managed resource after wake-up", operator=operator)
+
+
+def test_wait_for_state_and_failed_shoot_are_left_alone(seed, operator):
+    waiting = new_shoot(seed, operator)
+    seed.create_extension(waiting, None, annotations={"gardener.cloud/operation": "wait-for-state"})
+    failed = seed.new_namespace(operator.prefix)
+    shoot = default_shoot(failed)
+    shoot["status"]["lastOperation"]["state"] = "Failed"
+    seed.seed_api.create_cluster(failed, shoot=shoot)
+    seed.create_extension(failed, None)
+    # A normal one created after both: once it is done, the operator has seen the others.
+    normal = new_shoot(seed, operator)
+    seed.create_extension(normal, None)
+    wait_for(lambda: succeeded(seed, normal), "normal Extension", operator=operator)
+    wait_for(lambda: health_condition(seed, normal), "a health round", operator=operator)
+    for ns in (waiting, failed):
+        ex = seed.extension(ns)
+        assert not (ex.get("status") or {}).get("lastOperation"), ex.get("status")
+        assert seed.managed_resource(ns) is None
+    assert seed.extension(waiting)["metadata"]["annotations"]["gardener.cloud/operation"] == "wait-for-state"
+
+
+def test_heartbeat_lease_is_renewed(seed, operator, base_configs_namespace):
+    def lease():
+        try:
+            return seed.coordination.read_namespaced_lease("gardener-extension-heartbeat", base_configs_namespace)
+        except Exception:
+            return None
+
+    first = wait_for(lease, "heartbeat lease", operator=operator)
+    assert first.spec.holder_identity == "gardener-extension-cri-resmgr"
+    t0 = first.spec.renew_time
+    later = wait_for(lambda: (lz := lease()) and lz.spec.renew_time > t0 and lz, "renewal", operator=operator)
+    assert later.spec.renew_time - t0 >= dt.timedelta(seconds=0)
+
+
+def test_logs_are_json_lines_with_namespace(seed, operator):
+    ns = new_shoot(seed, operator)
+    seed.create_extension(ns, None)
+    wait_for(lambda: succeeded(seed, ns), "reconcile", operator=operator)
+    lines = operator.log_lines()
+    assert lines and all("raw" not in line for line in lines), [ln for ln in lines if "raw" in ln][:3]
+    mine = [ln for ln in lines if ln.get("namespace") == ns]
+    assert any("Successfully reconciled" in ln["msg"] for ln in mine)
+    assert all({"ts", "level", "logger", "msg"} <= set(ln) for ln in lines)
