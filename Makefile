@@ -45,3 +45,13 @@ bench-%: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# Our own gRPC APIs (resmgr/proto/*.proto): regenerate the committed stubs, or check they are current.
+PROTOS := resmgr/proto/config.proto resmgr/proto/agent.proto
+
+.PHONY: proto proto-check
+proto: venv
+	$(PY) -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
+
+proto-check: venv
+	$(PY) -m resmgr.proto.check

@@ -1,21 +1,173 @@
-"""Command line of cri-resmgr-agent."""
+"""Command line of cri-resmgr-agent: wire the watchers, the pusher and the Agent API together."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
 
-from resmgr.cli_common import not_yet
+from kubernetes import client
+
+from resmgr.agent.controller import AgentState, Pusher
+from resmgr.agent.kube import (
+    ADJUSTMENT_GROUP,
+    ADJUSTMENT_PLURAL,
+    ADJUSTMENT_VERSION,
+    KubeConfigError,
+    ListWatcher,
+    load_api_client,
+)
+from resmgr.agent.reporting import KubeReporter
+from resmgr.agent.selection import CONFIG_NAMESPACE
+from resmgr.agent.server import AgentServicer, serve_agent
+from resmgr.agent.target import ConfigSocketTarget
+from resmgr.configplane.unix_grpc import stop_unix
+from resmgr.logsetup import add_logging_arguments, setup_logging_from_args
+
+log = logging.getLogger("resmgr.agent")
+
+DEFAULT_CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
+DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
 
 DESCRIPTION = """\
-cri-resmgr-agent runs as a DaemonSet in the shoot. It watches the ConfigMaps
-cri-resmgr-config.node.$NODE_NAME, cri-resmgr-config.group.$GROUP and
-cri-resmgr-config.default in kube-system (in that order of precedence) plus
-Adjustment custom resources, and pushes the winning configuration to the local
-cri-resmgr over its unix-socket config API.
+cri-resmgr-agent runs as a DaemonSet in the shoot. It watches, in the namespace
+kube-system, the ConfigMaps cri-resmgr-config.node.$NODE_NAME,
+cri-resmgr-config.group.$GROUP (GROUP is the node's label
+cri-resource-manager.intel.com/group) and cri-resmgr-config.default, in that order
+of precedence: the first that exists is the node's config (ConfigMaps are not
+merged). Each data key is a config section (policy, logger, dump, ...) whose value
+is that section's YAML.
+
+The config is validated with cri-resmgr's schema and pushed to the local
+cri-resmgr over its config socket: at most once per --min-push-interval, retried
+with backoff while cri-resmgr is unreachable, and never re-pushed unchanged. The
+outcome is reported as a Kubernetes Event and the node annotations
+cri-resource-manager.intel.com/config-source and .../config-error. Adjustment
+resources (adjustments.criresmgr.intel.com/v1alpha1) in the same namespace are
+pushed too; their per-node errors are written to status.nodes[NODE].errors.
+
+It serves the Agent API on --agent-socket, which cri-resmgr uses for node
+operations and cri-resmgr-agent-probe for health.
+"""
+
+EPILOG = """\
+environment:
+  NODE_NAME   name of the node this agent runs on (required; from the downward API)
+
+examples:
+  NODE_NAME=worker-1 cri-resmgr-agent                       # in-cluster
+  NODE_NAME=worker-1 cri-resmgr-agent --kubeconfig ~/.kube/config --config-socket /tmp/cfg.sock
 """
 
 
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cri-resmgr-agent", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
+                   help="kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)")
+    p.add_argument("--namespace", default=CONFIG_NAMESPACE,
+                   help=f"namespace of the ConfigMaps and Adjustments (default: {CONFIG_NAMESPACE})")
+    p.add_argument("--config-socket", default=DEFAULT_CONFIG_SOCKET,
+                   help=f"cri-resmgr's config API socket to push to (default: {DEFAULT_CONFIG_SOCKET})")
+    p.add_argument("--agent-socket", default=DEFAULT_AGENT_SOCKET,
+                   help=f"socket to serve the Agent API on (default: {DEFAULT_AGENT_SOCKET})")
+    p.add_argument("--min-push-interval", type=float, default=1.0, metavar="SECONDS",
+                   help="rate limit: at most one push per this many seconds; edits in between are "
+                        "coalesced into one push of the latest state (default: 1)")
+    p.add_argument("--max-retry-interval", type=float, default=30.0, metavar="SECONDS",
+                   help="upper bound of the retry backoff while cri-resmgr is unreachable (default: 30)")
+    p.add_argument("--no-adjustments", action="store_true",
+                   help="do not watch Adjustment resources (e.g. when their CRD is not installed)")
+    add_logging_arguments(p, default_format="json")
+    return p
+
+
+class Agent:
+    """The running agent; ``stop()`` ends it."""
+
+    def __init__(self, args: argparse.Namespace, node: str, api: client.ApiClient) -> None:
+        self.stop_event = threading.Event()
+        self.state = AgentState(node)
+        self.args = args
+        self.target = ConfigSocketTarget(args.config_socket, on_connection_lost=self.state.changed.set)
+        self.pusher = Pusher(self.state, self.target, KubeReporter(api, node, args.namespace),
+                             min_interval=args.min_push_interval, retry_max=args.max_retry_interval)
+        core = client.CoreV1Api(api)
+        self.watchers = [
+            ListWatcher("configmaps", core.list_namespaced_config_map, self.state.replace_config_maps,
+                        self.state.config_map_event, self.stop_event, namespace=args.namespace),
+            ListWatcher("node", core.list_node, self.state.replace_nodes, self.state.node_event, self.stop_event,
+                        field_selector=f"metadata.name={node}"),
+        ]
+        if not args.no_adjustments:
+            custom = client.CustomObjectsApi(api)
+            self.watchers.append(ListWatcher(
+                "adjustments", custom.list_namespaced_custom_object, self.state.replace_adjustments,
+                self.state.adjustment_event, self.stop_event, group=ADJUSTMENT_GROUP, version=ADJUSTMENT_VERSION,
+                namespace=args.namespace, plural=ADJUSTMENT_PLURAL))
+        self.server = serve_agent(AgentServicer(api, node, self.health), args.agent_socket)
+
+    def health(self, query: str) -> str:
+        for w in self.watchers:
+            if not w.synced.is_set():
+                return f"not synced with the Kubernetes API yet ({w.what}: {w.last_error or 'listing'})"
+        return self.pusher.health(query)
+
+    def start(self) -> None:
+        for w in self.watchers:
+            w.start()
+        # Push only once the first lists are in, so a partial view never selects the wrong ConfigMap.
+        for w in self.watchers:
+            while not w.synced.wait(5) and not self.stop_event.is_set():
+                log.info("waiting for the first list of %s: %s", w.what, w.last_error or "in progress")
+        if not self.stop_event.is_set():
+            self.pusher.start()
+            log.info("agent running", extra={"node": self.state.node})
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.pusher.stop()
+        stop_unix(self.server, self.args.agent_socket)
+        self.target.close()
+
+
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="cri-resmgr-agent", description=DESCRIPTION,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    return not_yet("cri-resmgr-agent", "the configuration plane")
+    args = build_parser().parse_args(argv)
+    setup_logging_from_args(args, root_package="resmgr")
+    node = os.environ.get("NODE_NAME", "").strip()
+    if not node:
+        sys.stderr.write("cri-resmgr-agent: NODE_NAME is not set; set it to this node's name "
+                         "(in a pod: env NODE_NAME from fieldRef spec.nodeName)\n")
+        return 2
+    if args.min_push_interval < 0 or args.max_retry_interval <= 0:
+        sys.stderr.write("cri-resmgr-agent: --min-push-interval must be >= 0 and --max-retry-interval > 0\n")
+        return 2
+    try:
+        api = load_api_client(args.kubeconfig)
+    except KubeConfigError as exc:
+        sys.stderr.write(f"cri-resmgr-agent: {exc}\n")
+        return 2
+    try:
+        agent = Agent(args, node, api)
+    except (OSError, RuntimeError) as exc:
+        sys.stderr.write(f"cri-resmgr-agent: cannot serve the Agent API on {args.agent_socket}: {exc}\n")
+        return 1
+    done = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("received %s; stopping", signal.Signals(signum).name)
+        agent.stop_event.set()
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("starting cri-resmgr-agent", extra={"node": node, "config_socket": args.config_socket,
+                                                  "agent_socket": args.agent_socket})
+    agent.start()
+    done.wait()
+    agent.stop()
+    return 0

@@ -1,0 +1,333 @@
+"""The agent's core: what the cluster says, what cri-resmgr has, and pushing the difference.
+
+Watchers feed ``AgentState`` (ConfigMaps, the node's labels, Adjustments). One
+``Pusher`` thread reconciles: it selects the ConfigMap for the node, validates it
+with the shared schema, and pushes it to cri-resmgr when it differs from what was
+last delivered. Pushes are rate limited (at most one per ``min_interval`` seconds,
+so a burst of edits becomes one push of the latest state), transport failures are
+retried with exponential backoff, and an unchanged config is never re-pushed; a
+rejected config is not retried until it changes. When the connection to cri-resmgr
+is re-established (it restarted), everything is delivered again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from resmgr.agent.selection import (
+    CONFIG_MAP_PREFIX,
+    GROUP_LABEL,
+    Selection,
+    node_group,
+    select_config,
+)
+from resmgr.config import ConfigError, validate_config_sections
+from resmgr.configplane.adjustments import AdjustmentError, parse_adjustment
+from resmgr.configplane.plane import sections_digest
+
+log = logging.getLogger("resmgr.agent")
+
+QUERY_CONFIG_STATUS = "config-status"
+HEALTH_QUERIES = ("", "liveness", QUERY_CONFIG_STATUS)
+
+
+class PushError(RuntimeError):
+    """cri-resmgr could not be reached (retried); not a rejection of the config."""
+
+
+class ConfigTarget(Protocol):
+    """cri-resmgr's Config API as the agent uses it (see resmgr.agent.target)."""
+
+    def set_config(self, node: str, sections: Mapping[str, str], source: str) -> str: ...
+
+    def set_adjustments(self, node: str, specs: Mapping[str, str]) -> tuple[dict[str, dict[str, Any]], str]: ...
+
+    def epoch(self) -> int: ...
+
+
+class Reporter(Protocol):
+    """Where outcomes go (Events, node annotations, Adjustment status; see resmgr.agent.reporting)."""
+
+    def config_outcome(self, selection: Selection | None, error: str) -> None: ...
+
+    def adjustment_outcomes(self, results: Mapping[str, dict[str, Any]],
+                            adjustments: Mapping[str, Mapping[str, Any]]) -> None: ...
+
+
+@dataclass
+class Outcome:
+    """The result of the last config delivery attempt."""
+
+    selection: Selection | None = None
+    digest: str = ""
+    error: str = ""
+    at: float = 0.0
+    delivered: bool = False
+    rejected: bool = False  # by the schema or by cri-resmgr: not retried until the ConfigMap changes
+
+
+class AgentState:
+    """What the watchers saw; every change wakes the pusher."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.config_maps: dict[str, dict[str, Any]] = {}
+        self.node_labels: dict[str, str] = {}
+        self.node_seen = False
+        self.adjustments: dict[str, dict[str, Any]] = {}  # namespace/name -> Adjustment object
+        self.lock = threading.Lock()
+        self.changed = threading.Event()
+
+    # ConfigMaps ------------------------------------------------------------------------
+    def replace_config_maps(self, items: list[dict[str, Any]]) -> None:
+        with self.lock:
+            self.config_maps = {cm["metadata"]["name"]: cm for cm in items
+                                if cm["metadata"]["name"].startswith(CONFIG_MAP_PREFIX)}
+        self.changed.set()
+
+    def config_map_event(self, kind: str, cm: dict[str, Any]) -> None:
+        name = cm["metadata"]["name"]
+        if not name.startswith(CONFIG_MAP_PREFIX):
+            return
+        with self.lock:
+            if kind == "DELETED":
+                self.config_maps.pop(name, None)
+            else:
+                self.config_maps[name] = cm
+        log.info("ConfigMap %s %s", name, kind.lower(),
+                 extra={"configmap": name, "resourceVersion": cm["metadata"].get("resourceVersion")})
+        self.changed.set()
+
+    # the node ------------------------------------------------------------------------------
+    def replace_nodes(self, items: list[dict[str, Any]]) -> None:
+        for node in items:
+            self.node_event("ADDED", node)
+
+    def node_event(self, kind: str, node: dict[str, Any]) -> None:
+        if node["metadata"]["name"] != self.node:
+            return
+        labels = {} if kind == "DELETED" else dict(node["metadata"].get("labels") or {})
+        with self.lock:
+            old_group = node_group(self.node_labels)
+            self.node_labels = labels
+            self.node_seen = kind != "DELETED"
+        if node_group(labels) != old_group:
+            log.info("node group label %s changed: %r -> %r", GROUP_LABEL, old_group, node_group(labels))
+        self.changed.set()
+
+    # Adjustments ----------------------------------------------------------------------------
+    def replace_adjustments(self, items: list[dict[str, Any]]) -> None:
+        with self.lock:
+            self.adjustments = {_key(a): a for a in items}
+        self.changed.set()
+
+    def adjustment_event(self, kind: str, adj: dict[str, Any]) -> None:
+        with self.lock:
+            if kind == "DELETED":
+                self.adjustments.pop(_key(adj), None)
+            else:
+                self.adjustments[_key(adj)] = adj
+        self.changed.set()
+
+    # views ----------------------------------------------------------------------------------------
+    def selection(self) -> Selection | None:
+        with self.lock:
+            return select_config(self.node, self.node_labels, self.config_maps)
+
+    def node_adjustments(self) -> dict[str, dict[str, Any]]:
+        """Adjustments whose scope can include this node (a bad spec is passed on to be reported)."""
+        out = {}
+        with self.lock:
+            items = dict(self.adjustments)
+        for key, adj in items.items():
+            spec = adj.get("spec")
+            try:
+                if not parse_adjustment(key, spec).applies_to_node(self.node):
+                    continue
+            except AdjustmentError:
+                pass  # cri-resmgr rejects it with the same message, and it lands in the status
+            out[key] = adj
+        return out
+
+
+def _key(adj: dict[str, Any]) -> str:
+    meta = adj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _adjustments_digest(adjustments: Mapping[str, Mapping[str, Any]]) -> str:
+    return json.dumps({k: a.get("spec") for k, a in adjustments.items()}, sort_keys=True, default=str)
+
+
+def validate_selection(selection: Selection) -> str:
+    """The schema's verdict on a ConfigMap ("" when valid): checked before anything is pushed."""
+    if selection.binary_keys:
+        return (f"{selection.source}: binaryData keys {', '.join(selection.binary_keys)} are not supported; "
+                "put each config section under data as YAML text")
+    try:
+        validate_config_sections(dict(selection.data), source=selection.source)
+    except ConfigError as exc:
+        return str(exc)
+    return ""
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+@dataclass
+class Pusher:
+    """Delivers config and adjustments to cri-resmgr; see the module docstring."""
+
+    state: AgentState
+    target: ConfigTarget
+    reporter: Reporter
+    min_interval: float = 1.0
+    retry_initial: float = 0.5
+    retry_max: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    outcome: Outcome = field(default_factory=Outcome)
+    pushes: int = 0
+    _last_push: float = float("-inf")
+    _retry_delay: float = 0.0
+    _retry_at: float = 0.0
+    _epoch: int = -1
+    _adj_digest: str | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    # one reconcile step (tests call this directly) -------------------------------------------
+    def reconcile(self) -> float | None:
+        """Do what is due now; returns seconds until the next step is due (None: only on change)."""
+        now = self.clock()
+        epoch = self.target.epoch()
+        if epoch != self._epoch:
+            # A new connection: cri-resmgr may have restarted and lost adjustments; deliver again.
+            self._epoch = epoch
+            self.outcome.delivered = False
+            self.outcome.digest = ""
+            self._adj_digest = None
+        if now < self._retry_at:
+            return self._retry_at - now
+        wait = self._last_push + self.min_interval - now
+        if wait > 0 and self._pending():
+            return wait
+        try:
+            self._reconcile_config()
+            self._reconcile_adjustments()
+        except PushError as exc:
+            self._retry_delay = min(self.retry_max, max(self.retry_initial, self._retry_delay * 2))
+            self._retry_at = self.clock() + self._retry_delay
+            message = one_line(f"cannot deliver to cri-resmgr: {exc}")
+            if self.outcome.error != message:
+                log.warning("%s; retrying in %.1fs", message, self._retry_delay)
+            self.outcome.error, self.outcome.at = message, time.time()
+            self.outcome.delivered = self.outcome.rejected = False
+            return self._retry_delay
+        self._retry_delay = 0.0
+        return None
+
+    def _pending(self) -> bool:
+        selection = self.state.selection()
+        digest = self._digest(selection)
+        return digest != self.outcome.digest or _adjustments_digest(self.state.node_adjustments()) != self._adj_digest
+
+    @staticmethod
+    def _digest(selection: Selection | None) -> str:
+        if selection is None:
+            return "none"
+        return selection.name + ":" + sections_digest(selection.data) + ":" + ",".join(selection.binary_keys)
+
+    def _reconcile_config(self) -> None:
+        selection = self.state.selection()
+        digest = self._digest(selection)
+        if digest == self.outcome.digest and self.outcome.delivered:
+            return
+        if selection is None:
+            if self.outcome.digest != digest:
+                log.info("no cri-resmgr-config ConfigMap applies to node %s; cri-resmgr keeps its config",
+                         self.state.node)
+                self.outcome = Outcome(selection=None, digest=digest, delivered=True, at=time.time())
+                self.reporter.config_outcome(None, "")
+            return
+        if digest == self.outcome.digest and self.outcome.rejected:
+            return  # rejected before and unchanged since: never re-push
+        error = validate_selection(selection)
+        if not error:
+            self._last_push = self.clock()
+            self.pushes += 1
+            log.info("pushing %s (resourceVersion %s) to cri-resmgr", selection.source,
+                     selection.resource_version, extra={"configmap": selection.name})
+            error = self.target.set_config(self.state.node, selection.data, selection.source)  # may raise PushError
+        error = one_line(error) if error else ""
+        self.outcome = Outcome(selection=selection, digest=digest, error=error, at=time.time(), delivered=not error,
+                               rejected=bool(error))
+        if error:
+            log.error("%s was not applied, cri-resmgr keeps its current config: %s", selection.source, error)
+        else:
+            log.info("%s is active in cri-resmgr", selection.source, extra={"configmap": selection.name})
+        self.reporter.config_outcome(selection, error)
+
+    def _reconcile_adjustments(self) -> None:
+        adjustments = self.state.node_adjustments()
+        specs = {k: json.dumps(a.get("spec"), sort_keys=True, default=str) for k, a in adjustments.items()}
+        digest = _adjustments_digest(adjustments)
+        if digest == self._adj_digest:
+            return
+        if not specs and self._adj_digest is None:
+            self._adj_digest = digest  # nothing to say yet, and cri-resmgr starts with no adjustments
+            return
+        self._last_push = self.clock()
+        self.pushes += 1
+        results, error = self.target.set_adjustments(self.state.node, specs)  # may raise PushError
+        if error:
+            log.error("cri-resmgr refused the adjustments: %s", error)
+            results = {name: {"error": error, "container_errors": {}, "applied": []} for name in specs}
+        self._adj_digest = digest
+        self.reporter.adjustment_outcomes(results, adjustments)
+
+    # health -----------------------------------------------------------------------------------------
+    def health(self, query: str) -> str:
+        """"" when healthy for ``query``, else a one-line reason."""
+        if query not in HEALTH_QUERIES:
+            return f"unknown health query {query!r}; supported: {', '.join(q for q in HEALTH_QUERIES if q)}"
+        if query != QUERY_CONFIG_STATUS:
+            return ""
+        o = self.outcome
+        if o.error:
+            where = o.selection.source if o.selection else "config"
+            return one_line(o.error if o.error.startswith(where) else f"{where}: {o.error}")
+        if o.selection is not None and not o.delivered:
+            return f"{o.selection.source} has not been delivered to cri-resmgr yet"
+        return ""
+
+    # thread ------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="pusher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.state.changed.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        next_in: float | None = 0.0
+        while not self._stop.is_set():
+            self.state.changed.wait(timeout=next_in)
+            if self._stop.is_set():
+                return
+            self.state.changed.clear()
+            try:
+                next_in = self.reconcile()
+            except Exception:  # keep pushing whatever happens; the error is in the log
+                log.exception("agent reconcile failed")
+                next_in = self.retry_max

@@ -1,0 +1,110 @@
+"""Reporting what the agent did: node annotations, Events and Adjustment status."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from resmgr.agent.kube import ADJUSTMENT_GROUP, ADJUSTMENT_PLURAL, ADJUSTMENT_VERSION
+from resmgr.agent.selection import CONFIG_NAMESPACE, Selection
+from resmgr.configplane.adjustments import SPEC_ERROR_KEY
+
+log = logging.getLogger("resmgr.agent")
+
+ANNOTATION_PREFIX = "cri-resource-manager.intel.com/"
+CONFIG_SOURCE_ANNOTATION = ANNOTATION_PREFIX + "config-source"
+CONFIG_ERROR_ANNOTATION = ANNOTATION_PREFIX + "config-error"
+COMPONENT = "cri-resmgr-agent"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def config_annotations(selection: Selection | None, error: str) -> dict[str, str | None]:
+    """The node annotations for a config outcome; None removes an annotation."""
+    if selection is None:
+        return {CONFIG_SOURCE_ANNOTATION: "none", CONFIG_ERROR_ANNOTATION: None}
+    source = f"{CONFIG_NAMESPACE}/{selection.name}@{selection.resource_version}"
+    if error:
+        # The source annotation keeps naming what is really active; the error names what was refused.
+        return {CONFIG_ERROR_ANNOTATION: f"{source}: {error}"}
+    return {CONFIG_SOURCE_ANNOTATION: source, CONFIG_ERROR_ANNOTATION: None}
+
+
+def adjustment_status_patch(node: str, result: Mapping[str, Any], current: Mapping[str, Any] | None
+                            ) -> dict[str, Any]:
+    """Merge patch for ``status.nodes[node].errors``: new errors set, stale ones removed."""
+    errors: dict[str, str | None] = dict(result.get("container_errors") or {})
+    if result.get("error"):
+        errors[SPEC_ERROR_KEY] = result["error"]
+    old = (((current or {}).get("status") or {}).get("nodes") or {}).get(node) or {}
+    for key in old.get("errors") or {}:
+        errors.setdefault(key, None)
+    return {"status": {"nodes": {node: {"errors": errors}}}}
+
+
+class KubeReporter:
+    def __init__(self, api: client.ApiClient, node: str, namespace: str = CONFIG_NAMESPACE) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.node = node
+        self.namespace = namespace
+        self._node_uid = ""
+
+    def _event(self, reason: str, message: str, warning: bool) -> None:
+        now = datetime.now(UTC)
+        if not self._node_uid:
+            try:
+                self._node_uid = self.core.read_node(self.node).metadata.uid or ""
+            except ApiException:
+                pass
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=f"{self.node}.{uuid.uuid4().hex[:12]}", namespace=self.namespace),
+            involved_object=client.V1ObjectReference(kind="Node", name=self.node, uid=self._node_uid or None),
+            reason=reason, message=message[:1024], type="Warning" if warning else "Normal",
+            source=client.V1EventSource(component=COMPONENT, host=self.node),
+            first_timestamp=now, last_timestamp=now, count=1, reporting_component=COMPONENT,
+            reporting_instance=self.node)
+        try:
+            self.core.create_namespaced_event(self.namespace, body)
+        except ApiException as exc:
+            log.error("cannot create Event %s: HTTP %s %s", reason, exc.status, exc.reason)
+
+    def config_outcome(self, selection: Selection | None, error: str) -> None:
+        try:
+            self.core.patch_node(self.node, {"metadata": {"annotations": config_annotations(selection, error)}},
+                                 _content_type=MERGE_PATCH)
+        except ApiException as exc:
+            log.error("cannot annotate node %s: HTTP %s %s", self.node, exc.status, exc.reason)
+        if selection is None:
+            return
+        if error:
+            self._event("ConfigRejected", f"{selection.source} (resourceVersion {selection.resource_version}) was "
+                                          f"not applied; the previous config stays active: {error}", True)
+        else:
+            self._event("ConfigApplied", f"{selection.source} (resourceVersion {selection.resource_version}) is "
+                                         "active in cri-resmgr", False)
+
+    def adjustment_outcomes(self, results: Mapping[str, dict[str, Any]],
+                            adjustments: Mapping[str, Mapping[str, Any]]) -> None:
+        for key, result in results.items():
+            namespace, _, name = key.partition("/")
+            patch = adjustment_status_patch(self.node, result, adjustments.get(key))
+            for attempt in range(3):
+                try:
+                    self.custom.patch_namespaced_custom_object_status(
+                        ADJUSTMENT_GROUP, ADJUSTMENT_VERSION, namespace, ADJUSTMENT_PLURAL, name, patch,
+                        _content_type=MERGE_PATCH)
+                    break
+                except ApiException as exc:
+                    if exc.status == 404:
+                        log.info("adjustment %s is gone; not writing its status", key)
+                        break
+                    if attempt == 2:
+                        log.error("cannot write status of adjustment %s: HTTP %s %s", key, exc.status, exc.reason)
+                    time.sleep(0.5 * (attempt + 1))

@@ -1,0 +1,73 @@
+"""The agent's client for cri-resmgr's Config API (resmgr/proto/config.proto) on the config socket."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+
+from resmgr.agent.controller import PushError
+from resmgr.configplane.unix_grpc import CHANNEL_OPTIONS, call_unary
+from resmgr.proto import config_pb2, config_pb2_grpc
+
+log = logging.getLogger("resmgr.agent")
+
+# Never let an idle connection drop by itself: a dropped connection means "cri-resmgr
+# may have restarted", which makes the agent deliver everything again.
+# Reconnect quickly after cri-resmgr restarts (a local socket: no thundering herd to fear).
+_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.client_idle_timeout_ms", 2**31 - 1),
+            ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", 2000)]
+
+
+class ConfigSocketTarget:
+    """Pushes to cri-resmgr; ``epoch()`` increases whenever an established connection is lost."""
+
+    def __init__(self, socket_path: str, *, timeout: float = 30.0,
+                 on_connection_lost: Callable[[], None] | None = None) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self.on_connection_lost = on_connection_lost
+        self._channel = grpc.insecure_channel("unix://" + socket_path, options=_OPTIONS)
+        self._stub = config_pb2_grpc.ConfigStub(self._channel)
+        self._epoch = 0
+        self._ready = False
+        self._lock = threading.Lock()
+        self._channel.subscribe(self._on_state, try_to_connect=False)
+
+    def _on_state(self, state: grpc.ChannelConnectivity) -> None:
+        with self._lock:
+            lost = self._ready and state != grpc.ChannelConnectivity.READY
+            self._ready = state == grpc.ChannelConnectivity.READY
+            if lost:
+                self._epoch += 1
+        if lost:
+            log.info("connection to cri-resmgr on %s lost; will deliver the config again", self.socket_path)
+            if self.on_connection_lost is not None:
+                self.on_connection_lost()
+
+    def epoch(self) -> int:
+        with self._lock:
+            return self._epoch
+
+    def close(self) -> None:
+        self._channel.unsubscribe(self._on_state)
+        self._channel.close()
+
+    def _call(self, name: str, request: Any) -> Any:
+        return call_unary(self._stub, name, request, self.timeout, PushError, self.socket_path)
+
+    def set_config(self, node: str, sections: Mapping[str, str], source: str) -> str:
+        reply = self._call("SetConfig", config_pb2.SetConfigRequest(node_name=node, config=dict(sections),
+                                                                     source=source))
+        return reply.error
+
+    def set_adjustments(self, node: str, specs: Mapping[str, str]) -> tuple[dict[str, dict[str, Any]], str]:
+        reply = self._call("SetAdjustment", config_pb2.SetAdjustmentRequest(node_name=node,
+                                                                             adjustments=dict(specs)))
+        results = {name: {"error": r.error, "container_errors": dict(r.container_errors), "applied": list(r.applied)}
+                   for name, r in reply.results.items()}
+        return results, reply.error

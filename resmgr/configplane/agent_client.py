@@ -1,0 +1,44 @@
+"""The client cri-resmgr uses to ask cri-resmgr-agent for cluster operations on its node."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from resmgr.configplane.unix_grpc import call_unary, unix_channel
+from resmgr.proto import agent_pb2, agent_pb2_grpc
+
+PATCH_TYPES = ("strategic", "merge", "json")
+
+
+class AgentError(RuntimeError):
+    """The agent could not be reached or refused the operation; the message says which."""
+
+
+class AgentClient:
+    def __init__(self, socket_path: str, *, timeout: float = 10.0) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._channel = unix_channel(socket_path)
+        self._stub = agent_pb2_grpc.AgentStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _call(self, name: str, request: Any) -> Any:
+        return call_unary(self._stub, name, request, self.timeout, AgentError, f"agent socket {self.socket_path}")
+
+    def get_node(self) -> dict[str, Any]:
+        return json.loads(self._call("GetNode", agent_pb2.GetNodeRequest()).node_json)
+
+    def patch_node(self, patch: dict[str, Any] | list[Any], patch_type: str = "strategic") -> None:
+        if patch_type not in PATCH_TYPES:
+            raise ValueError(f"unknown patch type {patch_type!r}; use one of {', '.join(PATCH_TYPES)}")
+        self._call("PatchNode", agent_pb2.PatchNodeRequest(patch_type=patch_type, patch=json.dumps(patch).encode()))
+
+    def update_node_capacity(self, capacities: dict[str, str]) -> None:
+        self._call("UpdateNodeCapacity", agent_pb2.UpdateNodeCapacityRequest(capacities=capacities))
+
+    def health_check(self, query: str = "") -> str:
+        """"" when healthy, else the agent's one-line reason."""
+        return self._call("HealthCheck", agent_pb2.HealthCheckRequest(query=query)).error

@@ -1,0 +1,194 @@
+"""The configuration plane inside cri-resmgr: what the agent may change, and how it is applied.
+
+Precedence of config sources is cri-resource-manager's:
+
+1. ``--force-config FILE``: while it is given, configuration from the agent is refused
+   (the agent is told why) and SIGHUP re-reads the file;
+2. the last config from the agent that was applied successfully (persisted under the
+   relay dir by the applier, so it survives a restart);
+3. ``--fallback-config FILE``;
+4. built-in defaults.
+
+The plane validates with the shared schema (``resmgr.config``) and hands a valid config
+to a ``ConfigApplier``, which the relay/resource manager implements. The applier returns
+an error string to reject (for example a policy switch at runtime); then nothing
+changes and the error goes back to the agent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from resmgr.config import MAX_CONFIG_BYTES, ConfigError, validate_config_sections, validate_config_text
+from resmgr.configplane.adjustments import (
+    AdjustmentOutcome,
+    ContainerOverride,
+    ContainerView,
+    plan_adjustments,
+)
+
+log = logging.getLogger("resmgr.configplane")
+
+
+class ConfigApplier(Protocol):
+    """Implemented by the relay/resource manager."""
+
+    def apply_config(self, config: dict[str, Any], source: str, *, forced: bool = False) -> str | None:
+        """Make ``config`` (validated, normalised) active; return None, or why it was rejected.
+
+        ``forced`` is set when the config is the re-read ``--force-config`` file.
+        A rejected config must leave the previous one fully in effect.
+        """
+        ...
+
+    def list_containers(self) -> list[ContainerView]:
+        """The containers adjustments can select (running ones, with runtime ids)."""
+        ...
+
+    def apply_adjustments(self, overrides: dict[str, ContainerOverride]) -> dict[str, str]:
+        """Make ``overrides`` (container id -> override) the complete set of overrides.
+
+        Containers not in the mapping return to their own resources. Returns container
+        id -> error for containers whose override could not be applied.
+        """
+        ...
+
+
+def sections_digest(sections: Mapping[str, str]) -> str:
+    """A stable digest of a config in ConfigMap form, for "unchanged" checks."""
+    payload = json.dumps(dict(sorted(sections.items())), sort_keys=True, ensure_ascii=False).encode()
+    return hashlib.sha256(payload).hexdigest()
+
+
+@dataclass
+class ConfigStatus:
+    """What the plane last did, for logs, metrics and tests."""
+
+    source: str = ""
+    digest: str = ""
+    applied_at: float = 0.0
+    last_error: str = ""
+    last_error_at: float = 0.0
+    adjustments: dict[str, AdjustmentOutcome] = field(default_factory=dict)
+
+
+class ConfigPlane:
+    """Validates and applies configuration coming from the agent or the forced file."""
+
+    def __init__(self, applier: ConfigApplier, *, node_name: str = "", force_config: str | None = None,
+                 agent_disabled: bool = False, initial_source: str = "") -> None:
+        self.applier = applier
+        self.node_name = node_name
+        self.force_config = force_config
+        self.agent_disabled = agent_disabled or bool(force_config)
+        self.status = ConfigStatus(source=initial_source)
+        # One config change at a time: the agent, SIGHUP and adjustments never interleave.
+        self._lock = threading.Lock()
+
+    # -- config ---------------------------------------------------------------------------------
+    def _check_node(self, node_name: str) -> str:
+        if self.node_name and node_name and node_name != self.node_name:
+            return (f"config is for node {node_name!r} but this cri-resmgr runs on {self.node_name!r}; "
+                    "is the agent's NODE_NAME right?")
+        return ""
+
+    def set_config(self, node_name: str, sections: Mapping[str, str], source: str = "agent") -> str:
+        """Apply a config from the agent (ConfigMap form). Returns "" on success or the reason it was refused."""
+        source = source or "agent"
+        with self._lock:
+            error = self._check_node(node_name)
+            if not error and self.agent_disabled:
+                why = f"--force-config {self.force_config}" if self.force_config else "--disable-agent"
+                error = f"configuration from the agent is disabled on this node ({why} is in effect)"
+            if error:
+                return self._rejected(error, source)
+            digest = sections_digest(sections)
+            if digest == self.status.digest:
+                log.debug("config from %s is already active", source)
+                return ""
+            try:
+                config = validate_config_sections(dict(sections), source=source)
+            except ConfigError as exc:
+                return self._rejected(str(exc), source)
+            return self._apply(config, source, digest, forced=False)
+
+    def reload_force_config(self) -> str:
+        """SIGHUP: re-read and apply ``--force-config``. Returns "" on success or why the old config stays."""
+        if not self.force_config:
+            return "no --force-config file to reload"
+        path = self.force_config
+        with self._lock:
+            try:
+                with open(path, "rb") as f:
+                    raw = f.read(MAX_CONFIG_BYTES + 1)
+                config = validate_config_text(raw.decode("utf-8"), source=path)
+            except OSError as exc:
+                return self._rejected(f"cannot read {path}: {exc.strerror or exc}", path)
+            except UnicodeDecodeError as exc:
+                return self._rejected(f"{path} is not UTF-8 text: {exc}", path)
+            except ConfigError as exc:
+                return self._rejected(str(exc), path)
+            return self._apply(config, path, hashlib.sha256(raw).hexdigest(), forced=True)
+
+    def _apply(self, config: dict[str, Any], source: str, digest: str, *, forced: bool) -> str:
+        try:
+            error = self.applier.apply_config(config, source, forced=forced)
+        except Exception as exc:  # the applier must not take the config socket down with it
+            log.exception("applying config from %s failed", source)
+            error = f"internal error while applying the config: {exc}"
+        if error:
+            return self._rejected(error, source)
+        self.status.source, self.status.digest, self.status.applied_at = source, digest, time.time()
+        self.status.last_error = ""
+        log.info("config from %s is now active", source, extra={"config_source": source})
+        return ""
+
+    def _rejected(self, error: str, source: str) -> str:
+        self.status.last_error, self.status.last_error_at = error, time.time()
+        log.error("config from %s rejected, the current config stays: %s", source, error,
+                  extra={"config_source": source, "active_source": self.status.source})
+        return error
+
+    # -- adjustments ---------------------------------------------------------------------------
+    def set_adjustments(self, node_name: str, specs: Mapping[str, Any]) -> tuple[dict[str, AdjustmentOutcome], str]:
+        """Replace the node's adjustments. Returns per-adjustment outcomes and a request-level error."""
+        with self._lock:
+            error = self._check_node(node_name)
+            if error:
+                return {}, error
+            node = node_name or self.node_name
+            try:
+                containers = self.applier.list_containers()
+            except Exception as exc:
+                log.exception("listing containers for adjustments failed")
+                return {}, f"internal error while listing containers: {exc}"
+            plan = plan_adjustments(node, specs, containers)
+            by_id = {c.id: c for c in containers}
+            try:
+                failures = self.applier.apply_adjustments(plan.overrides)
+            except Exception as exc:
+                log.exception("applying adjustments failed")
+                return plan.outcomes, f"internal error while applying adjustments: {exc}"
+            for cid, problem in failures.items():
+                override = plan.overrides.get(cid)
+                outcome = plan.outcomes.get(override.adjustment) if override else None
+                if outcome is None:
+                    continue
+                if cid in outcome.applied:
+                    outcome.applied.remove(cid)
+                name = by_id[cid].pretty if cid in by_id else cid
+                outcome.container_errors[name] = problem
+            self.status.adjustments = plan.outcomes
+            for name, outcome in plan.outcomes.items():
+                level = logging.WARNING if outcome.error or outcome.container_errors else logging.INFO
+                log.log(level, "adjustment %s: applied to %d containers", name, len(outcome.applied),
+                        extra={"adjustment": name, "error": outcome.error,
+                               "container_errors": outcome.container_errors})
+            return plan.outcomes, ""

@@ -1,0 +1,58 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetNodeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetNodeReply(_message.Message):
+    __slots__ = ("node_json",)
+    NODE_JSON_FIELD_NUMBER: _ClassVar[int]
+    node_json: str
+    def __init__(self, node_json: _Optional[str] = ...) -> None: ...
+
+class PatchNodeRequest(_message.Message):
+    __slots__ = ("patch_type", "patch")
+    PATCH_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PATCH_FIELD_NUMBER: _ClassVar[int]
+    patch_type: str
+    patch: bytes
+    def __init__(self, patch_type: _Optional[str] = ..., patch: _Optional[bytes] = ...) -> None: ...
+
+class PatchNodeReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UpdateNodeCapacityRequest(_message.Message):
+    __slots__ = ("capacities",)
+    class CapacitiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CAPACITIES_FIELD_NUMBER: _ClassVar[int]
+    capacities: _containers.ScalarMap[str, str]
+    def __init__(self, capacities: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class UpdateNodeCapacityReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HealthCheckRequest(_message.Message):
+    __slots__ = ("query",)
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    def __init__(self, query: _Optional[str] = ...) -> None: ...
+
+class HealthCheckReply(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    def __init__(self, error: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,77 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SetConfigRequest(_message.Message):
+    __slots__ = ("node_name", "config", "source")
+    class ConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    node_name: str
+    config: _containers.ScalarMap[str, str]
+    source: str
+    def __init__(self, node_name: _Optional[str] = ..., config: _Optional[_Mapping[str, str]] = ..., source: _Optional[str] = ...) -> None: ...
+
+class SetConfigReply(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    def __init__(self, error: _Optional[str] = ...) -> None: ...
+
+class SetAdjustmentRequest(_message.Message):
+    __slots__ = ("node_name", "adjustments")
+    class AdjustmentsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    ADJUSTMENTS_FIELD_NUMBER: _ClassVar[int]
+    node_name: str
+    adjustments: _containers.ScalarMap[str, str]
+    def __init__(self, node_name: _Optional[str] = ..., adjustments: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class AdjustmentResult(_message.Message):
+    __slots__ = ("error", "container_errors", "applied")
+    class ContainerErrorsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    container_errors: _containers.ScalarMap[str, str]
+    applied: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, error: _Optional[str] = ..., container_errors: _Optional[_Mapping[str, str]] = ..., applied: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SetAdjustmentReply(_message.Message):
+    __slots__ = ("results", "error")
+    class ResultsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: AdjustmentResult
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[AdjustmentResult, _Mapping]] = ...) -> None: ...
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.MessageMap[str, AdjustmentResult]
+    error: str
+    def __init__(self, results: _Optional[_Mapping[str, AdjustmentResult]] = ..., error: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,221 @@
+"""The agent's pusher against a real Config API server on a unix socket (cri-resmgr's side is a ConfigPlane)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import pytest
+from unit.configplane.applier_helpers import RecordingApplier
+
+from resmgr.agent.controller import AgentState, Pusher
+from resmgr.agent.target import ConfigSocketTarget
+from resmgr.configplane.adjustments import ContainerView
+from resmgr.configplane.plane import ConfigPlane
+from resmgr.configplane.server import serve_config
+from resmgr.configplane.unix_grpc import stop_unix
+
+NODE = "n1"
+DEFAULT = "cri-resmgr-config.default"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class RecordingReporter:
+    def __init__(self) -> None:
+        self.configs: list[tuple[str | None, str]] = []
+        self.adjustments: list[dict] = []
+
+    def config_outcome(self, selection, error):
+        self.configs.append((selection.name if selection else None, error))
+
+    def adjustment_outcomes(self, results, adjustments):
+        self.adjustments.append(dict(results))
+
+
+def cm(name, rv, **data):
+    return {"metadata": {"name": name, "namespace": "kube-system", "resourceVersion": rv}, "data": data}
+
+
+def reserved(cpus: str) -> str:
+    return f"Active: topology-aware\nReservedResources:\n  cpu: cpuset:{cpus}\n"
+
+
+class Env:
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="agent-", dir="/tmp")
+        self.sock = os.path.join(self.dir, "config.sock")
+        self.applier = RecordingApplier([ContainerView(id="c1", name="web", namespace="prod", pod_name="web-0")])
+        self.server = None
+        self.state = AgentState(NODE)
+        self.clock = Clock()
+        self.reporter = RecordingReporter()
+        self.target = ConfigSocketTarget(self.sock, timeout=10, on_connection_lost=self.state.changed.set)
+        self.pusher = Pusher(self.state, self.target, self.reporter, min_interval=1.0, clock=self.clock)
+
+    def start_server(self) -> None:
+        self.server = serve_config(ConfigPlane(self.applier, node_name=NODE), self.sock)
+
+    def stop_server(self) -> None:
+        stop_unix(self.server, self.sock, grace=0)
+        self.server = None
+
+    def set_cm(self, name: str, rv: str, **data: str) -> None:
+        self.state.config_map_event("MODIFIED", cm(name, rv, **data))
+
+    def later(self, seconds: float = 5.0) -> float | None:
+        self.clock.now += seconds
+        return self.pusher.reconcile()
+
+
+@pytest.fixture
+def env():
+    e = Env()
+    e.start_server()
+    yield e
+    e.target.close()
+    if e.server is not None:
+        e.stop_server()
+
+
+def test_pushes_once_and_never_again_while_unchanged(env):
+    env.set_cm(DEFAULT, "1", policy=reserved("0"))
+    env.pusher.reconcile()
+    assert len(env.applier.applied) == 1 and env.pusher.pushes == 1
+    assert env.reporter.configs == [(DEFAULT, "")]
+    env.later()
+    env.set_cm(DEFAULT, "2", policy=reserved("0"))  # new resourceVersion, same content
+    env.later()
+    assert env.pusher.pushes == 1 and env.pusher.health("config-status") == ""
+    env.set_cm(DEFAULT, "3", policy=reserved("1"))
+    env.later()
+    assert env.pusher.pushes == 2
+    assert env.applier.applied[-1][0]["policy"]["ReservedResources"] == {"cpu": "cpuset:1"}
+
+
+def test_rate_limit_coalesces_a_burst_into_one_push_of_the_latest(env):
+    env.set_cm(DEFAULT, "1", policy=reserved("0"))
+    env.pusher.reconcile()
+    env.set_cm(DEFAULT, "2", policy=reserved("1"))
+    wait = env.later(0.2)
+    assert wait == pytest.approx(0.8) and env.pusher.pushes == 1
+    env.set_cm(DEFAULT, "3", policy=reserved("0-1"))
+    env.later(0.3)
+    assert env.pusher.pushes == 1
+    assert env.later(0.6) is None
+    assert env.pusher.pushes == 2
+    assert env.applier.applied[-1][0]["policy"]["ReservedResources"] == {"cpu": "cpuset:0-1"}
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ("Active: [oops", "invalid YAML"),
+    ("Active: topology-aware\nUnknownKey: 1\n", "policy.UnknownKey"),
+    ("Active: topology-aware\n#" + "x" * (1024 * 1024), "over the limit"),
+])
+def test_invalid_configmap_is_not_pushed_and_reported(env, bad, needle):
+    env.set_cm(DEFAULT, "1", policy=reserved("0"))
+    env.pusher.reconcile()
+    env.set_cm(DEFAULT, "2", policy=bad)
+    env.later()
+    assert len(env.applier.applied) == 1 and env.pusher.pushes == 1
+    health = env.pusher.health("config-status")
+    assert needle in health and "cri-resmgr-config.default" in health and "\n" not in health
+    assert env.reporter.configs[-1][0] == DEFAULT and needle in env.reporter.configs[-1][1]
+    env.later()
+    assert len(env.reporter.configs) == 2  # not reported again while unchanged
+    env.set_cm(DEFAULT, "3", policy=reserved("1"))
+    env.later()
+    assert env.pusher.health("config-status") == "" and len(env.applier.applied) == 2
+
+
+def test_rejected_by_cri_resmgr_is_not_retried_until_changed(env):
+    env.set_cm(DEFAULT, "1", policy=reserved("0"))
+    env.pusher.reconcile()
+    env.set_cm(DEFAULT, "2", policy="Active: static\n")
+    env.later()
+    assert env.pusher.pushes == 2 and "switching the active policy" in env.pusher.health("config-status")
+    env.later()
+    env.later()
+    assert env.pusher.pushes == 2
+
+
+def test_unreachable_cri_resmgr_is_retried_with_backoff(env):
+    env.stop_server()
+    env.set_cm(DEFAULT, "1", policy=reserved("0"))
+    first = env.pusher.reconcile()
+    second = env.later(first + 1)  # past the rate limit too
+    third = env.later(second + 1)
+    assert first > 0 and second == 2 * first and third == 2 * second
+    assert "cannot deliver to cri-resmgr" in env.pusher.health("config-status")
+    assert env.applier.applied == [] and env.reporter.configs == []
+    env.start_server()
+    for _ in range(100):  # the channel reconnects with its own short backoff
+        if env.later(third + 1) is None:
+            break
+        time.sleep(0.1)
+    assert len(env.applier.applied) == 1 and env.pusher.health("config-status") == ""
+
+
+def test_reconnect_delivers_again(env):
+    env.set_cm(DEFAULT, "1", policy=reserved("0"))
+    env.pusher.reconcile()
+    epoch = env.target.epoch()
+    env.stop_server()
+    env.start_server()
+    deadline = time.monotonic() + 30
+    while env.target.epoch() == epoch and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert env.target.epoch() > epoch, "the lost connection was not noticed"
+    env.later()
+    assert len(env.applier.applied) == 2  # the restarted cri-resmgr got it again
+
+
+def test_switching_between_configmaps_by_label(env):
+    env.set_cm(DEFAULT, "1", policy=reserved("0"))
+    env.set_cm("cri-resmgr-config.group.g", "2", policy=reserved("1"))
+    env.set_cm("cri-resmgr-config.node.other", "3", policy=reserved("0-1"))
+    env.state.node_event("ADDED", {"metadata": {"name": NODE, "labels": {}}})
+    env.later()
+    assert env.reporter.configs[-1] == (DEFAULT, "")
+    env.state.node_event("MODIFIED", {"metadata": {"name": NODE,
+                                                   "labels": {"cri-resource-manager.intel.com/group": "g"}}})
+    env.later()
+    assert env.reporter.configs[-1] == ("cri-resmgr-config.group.g", "")
+    env.state.config_map_event("DELETED", cm("cri-resmgr-config.group.g", "4"))
+    env.later()
+    assert env.reporter.configs[-1] == (DEFAULT, "")
+    assert [c[0]["policy"]["ReservedResources"]["cpu"] for c in env.applier.applied] == [
+        "cpuset:0", "cpuset:1", "cpuset:0"]
+
+
+def adjustment(name, nodes, cpu="1"):
+    return {"metadata": {"name": name, "namespace": "kube-system"},
+            "spec": {"scope": [{"nodes": nodes, "containers": [{"key": "name", "operator": "Equals",
+                                                                 "values": ["web"]}]}],
+                     "resources": {"requests": {"cpu": cpu}}}}
+
+
+def test_adjustments_for_this_node_are_pushed_once(env):
+    env.state.replace_adjustments([adjustment("mine", ["n*"]), adjustment("theirs", ["m*"])])
+    env.pusher.reconcile()
+    assert env.reporter.adjustments == [{"kube-system/mine": {"error": "", "container_errors": {},
+                                                              "applied": ["c1"]}}]
+    env.later()
+    assert len(env.reporter.adjustments) == 1
+    env.state.adjustment_event("MODIFIED", adjustment("conflict", [NODE]))
+    env.later()
+    result = env.reporter.adjustments[-1]
+    assert "conflicts with adjustment" in result["kube-system/mine"]["container_errors"]["prod/web-0/web"]
+    assert "conflicts with adjustment" in result["kube-system/conflict"]["container_errors"]["prod/web-0/web"]
+
+
+def test_unknown_health_query(env):
+    assert "unknown health query" in env.pusher.health("bogus")
+    assert env.pusher.health("") == ""

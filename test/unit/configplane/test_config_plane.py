@@ -1,0 +1,125 @@
+"""ConfigPlane: validation, rejection keeps the old config, force-config, and the gRPC Config API."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import grpc
+import pytest
+from unit.configplane.applier_helpers import RecordingApplier
+
+from resmgr.configplane.adjustments import ContainerView
+from resmgr.configplane.plane import ConfigPlane
+from resmgr.configplane.server import serve_config
+from resmgr.configplane.unix_grpc import stop_unix, unix_channel
+from resmgr.proto import config_pb2, config_pb2_grpc
+
+GOOD = {"policy": "Active: topology-aware\nReservedResources:\n  cpu: cpuset:0\n"}
+OTHER = {"policy": "Active: topology-aware\nReservedResources:\n  cpu: cpuset:1\n"}
+
+
+def test_valid_config_is_applied_once_and_unchanged_is_not_reapplied():
+    applier = RecordingApplier()
+    plane = ConfigPlane(applier, node_name="n1")
+    assert plane.set_config("n1", GOOD, "ConfigMap kube-system/cri-resmgr-config.default") == ""
+    assert applier.applied[-1][0]["policy"]["ReservedResources"] == {"cpu": "cpuset:0"}
+    assert plane.set_config("n1", dict(GOOD), "again") == ""
+    assert len(applier.applied) == 1
+    assert plane.set_config("n1", OTHER, "other") == ""
+    assert len(applier.applied) == 2 and plane.status.source == "other"
+
+
+@pytest.mark.parametrize("sections,needle", [
+    ({"policy": "Active: [unclosed"}, "invalid YAML"),
+    ({"policy": "Active: topology-aware\nBogus: 1\n"}, "policy.Bogus"),
+    ({"policyy": "Active: none\n"}, "policyy"),
+    ({"policy": "Active: topology-aware\n# " + "x" * (1024 * 1024) + "\n"}, "over the limit"),
+    ({"policy": "Active: static\n"}, "switching the active policy"),
+])
+def test_bad_config_is_rejected_and_the_old_one_stays(sections, needle):
+    applier = RecordingApplier()
+    plane = ConfigPlane(applier)
+    assert plane.set_config("", GOOD, "good") == ""
+    error = plane.set_config("", sections, "bad")
+    assert needle in error
+    assert len(applier.applied) == 1 and plane.status.source == "good"
+    assert plane.status.last_error == error
+
+
+def test_wrong_node_is_refused():
+    plane = ConfigPlane(RecordingApplier(), node_name="n1")
+    assert "this cri-resmgr runs on 'n1'" in plane.set_config("n2", GOOD)
+
+
+def test_force_config_disables_the_agent_and_reloads_on_request(tmp_path: Path):
+    force = tmp_path / "force.cfg"
+    force.write_text("policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: cpuset:1\n")
+    applier = RecordingApplier()
+    plane = ConfigPlane(applier, force_config=str(force))
+    assert "--force-config" in plane.set_config("", GOOD, "agent")
+    assert applier.applied == []
+    assert plane.reload_force_config() == ""
+    assert applier.applied[-1][1:] == (str(force), True)
+    force.write_text("policy: [broken\n")
+    assert "invalid YAML" in plane.reload_force_config()
+    assert len(applier.applied) == 1
+    force.unlink()
+    assert "cannot read" in plane.reload_force_config()
+
+
+def test_adjustments_failures_of_the_applier_become_container_errors():
+    web = ContainerView(id="c1", name="web", namespace="prod", pod_name="web-0")
+    applier = RecordingApplier([web])
+    applier.fail_containers = {"c1"}
+    plane = ConfigPlane(applier, node_name="n1")
+    spec = ('{"scope": [{"nodes": ["n*"], "containers": [{"key": "name", "operator": "Equals", '
+            '"values": ["web"]}]}], "resources": {"requests": {"cpu": "1"}}}')
+    outcomes, error = plane.set_adjustments("n1", {"prod/a": spec})
+    assert error == ""
+    assert outcomes["prod/a"].applied == []
+    assert outcomes["prod/a"].container_errors == {"prod/web-0/web": "policy could not place it"}
+
+
+@pytest.fixture
+def config_server():
+    applier = RecordingApplier([ContainerView(id="c1", name="web", namespace="prod", pod_name="web-0")])
+    plane = ConfigPlane(applier, node_name="n1")
+    sock = os.path.join(tempfile.mkdtemp(prefix="cfg-", dir="/tmp"), "config.sock")
+    server = serve_config(plane, sock)
+    channel = unix_channel(sock)
+    yield applier, config_pb2_grpc.ConfigStub(channel), sock
+    channel.close()
+    stop_unix(server, sock)
+
+
+def test_grpc_set_config_and_adjustment(config_server):
+    applier, stub, sock = config_server
+    assert oct(os.stat(sock).st_mode & 0o777) == oct(0o660)
+    reply = stub.SetConfig(config_pb2.SetConfigRequest(node_name="n1", config=GOOD, source="s"), timeout=10)
+    assert reply.error == "" and applier.applied
+    reply = stub.SetConfig(config_pb2.SetConfigRequest(node_name="n1", config={"policy": "x: ["}), timeout=10)
+    assert "invalid YAML" in reply.error
+    spec = '{"scope": [{}], "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}}'
+    reply = stub.SetAdjustment(config_pb2.SetAdjustmentRequest(node_name="n1", adjustments={"prod/a": spec}),
+                               timeout=10)
+    assert reply.error == "" and list(reply.results["prod/a"].applied) == ["c1"]
+    assert applier.overrides["c1"].request_milli == 2000
+
+
+def test_grpc_rejects_garbage_bytes(config_server):
+    _, _, sock = config_server
+    channel = unix_channel(sock)
+    call = channel.unary_unary("/criresmgr.v1.Config/SetConfig")
+    with pytest.raises(grpc.RpcError) as err:
+        call(b"\xff\xff\xff\xff", timeout=10)
+    assert err.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNKNOWN)
+    channel.close()
+
+
+def test_a_live_socket_is_not_taken_over(config_server):
+    _, _, sock = config_server
+    plane = ConfigPlane(RecordingApplier())
+    with pytest.raises(Exception, match="another process|serving"):
+        serve_config(plane, sock)

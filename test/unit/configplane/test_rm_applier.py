@@ -1,0 +1,76 @@
+"""ResourceManagerApplier: configs and adjustments applied to a real ResourceManager (fake sysfs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures.sysfs_builder import Shape, build_sysfs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))  # the policy tests' CRI driver
+
+from rm_driver import Driver  # noqa: E402
+
+from resmgr.configplane.adjustments import ContainerOverride  # noqa: E402
+from resmgr.configplane.plane import ConfigPlane  # noqa: E402
+from resmgr.configplane.rm_applier import ResourceManagerApplier  # noqa: E402
+from resmgr.topology import discover_topology  # noqa: E402
+
+STATIC = "policy:\n  Active: static\n  ReservedResources:\n    cpu: cpuset:0\n"
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    topology = discover_topology(build_sysfs(tmp_path / "sysfs", Shape(1, 1, 4, 1)))
+    driver = Driver(topology, tmp_path / "relay", STATIC)
+    sent: list[tuple[str, str, str | None]] = []
+    applied: list[str] = []
+
+    def send(updates, reason):
+        driver.runtime.apply(updates)
+        sent.extend((reason, u.container_id, u.cpuset_cpus) for u in updates)
+
+    applier = ResourceManagerApplier(driver.rm, send, on_applied=lambda cfg, src: applied.append(src))
+    return driver, applier, sent, applied
+
+
+def test_adjustment_gives_exclusive_cpus_and_removing_it_restores(setup):
+    driver, applier, sent, _ = setup
+    pod = driver.run_pod("web", namespace="prod")
+    cid = driver.create(pod, "web")
+    other = driver.create(pod, "side")
+    assert driver.runtime.cpusets[cid][0] == "0-3"
+    views = applier.list_containers()
+    assert {v.id for v in views} == {cid, other}
+    assert next(v for v in views if v.id == cid).pretty == "prod/web/web"
+    errors = applier.apply_adjustments({cid: ContainerOverride("prod/a", request_milli=2000, limit_milli=2000,
+                                                               memory_limit=1 << 26)})
+    assert errors == {}
+    exclusive = driver.runtime.cpusets[cid][0]
+    assert exclusive in ("1-2", "2-3", "1,3")
+    assert driver.runtime.cpusets[other][0] not in ("0-3",)  # the shared pool shrank for the other one
+    assert all(reason == "SetAdjustment" for reason, _, _ in sent)
+    assert applier.apply_adjustments({}) == {}
+    assert driver.runtime.cpusets[cid][0] == "0-3" and driver.runtime.cpusets[other][0] == "0-3"
+    assert driver.rm.containers[cid].request_milli == 0
+
+
+def test_adjustment_for_a_gone_container_is_an_error(setup):
+    _, applier, _, _ = setup
+    assert applier.apply_adjustments({"nope": ContainerOverride("a")}) == {"nope": "container is not running"}
+
+
+def test_config_through_the_plane(setup):
+    driver, applier, _, applied = setup
+    plane = ConfigPlane(applier)
+    ok = {"policy": "Active: static\nReservedResources:\n  cpu: cpuset:3\n"}
+    assert plane.set_config("", ok, "ConfigMap kube-system/cri-resmgr-config.default") == ""
+    assert applied == ["ConfigMap kube-system/cri-resmgr-config.default"]
+    assert driver.rm.config["policy"]["ReservedResources"] == {"cpu": "cpuset:3"}
+    error = plane.set_config("", {"policy": "Active: topology-aware\n"}, "switch")
+    assert "switching the active policy" in error and "policy.Active" in error
+    assert driver.rm.policy.name == "static" and applied == ["ConfigMap kube-system/cri-resmgr-config.default"]
+    error = plane.set_config("", {"policy": "Active: static\nReservedResources:\n  cpu: cpuset:9\n"}, "bad cpus")
+    assert "policy.ReservedResources.cpu" in error and "outside the available CPUs" in error
+    assert driver.rm.config["policy"]["ReservedResources"] == {"cpu": "cpuset:3"}
