@@ -8,10 +8,12 @@ lastOperation/lastError/observedGeneration, and leave retries to kopf.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,10 +147,13 @@ class Handlers:
             raise self._fail(ns, name, op_type, f"Unable to {verb} Extension resource", err, generation,
                              backoff(retry, self.settings)) from None
         done = "Successfully restored Extension resource" if restore else "Successfully reconciled Extension resource"
-        status.patch_status(self.apis, ns, name, status.succeeded_status(op_type, done, generation))
-        if restore:
-            # Gardener: the restore annotation goes only after success.
-            status.remove_operation_annotation(self.apis, ns, name)
+        try:
+            status.patch_status(self.apis, ns, name, status.succeeded_status(op_type, done, generation))
+            if restore:
+                # Gardener: the restore annotation goes only after success.
+                status.remove_operation_annotation(self.apis, ns, name)
+        except Exception as err:
+            raise kopf.TemporaryError(f"recording success: {err}", delay=backoff(retry, self.settings)) from None
         log.info(f"{done}: {detail}", extra={"namespace": ns, "extension": name, "operation": op_type})
         return detail
 
@@ -164,10 +169,13 @@ class Handlers:
         except Exception as err:
             raise self._fail(ns, name, status.MIGRATE, "Error migrating Extension resource", err, generation,
                              backoff(retry, self.settings)) from None
-        status.patch_status(self.apis, ns, name, status.succeeded_status(
-            status.MIGRATE, "Successfully migrated Extension resource", generation))
-        status.remove_finalizer(self.apis, ns, name)
-        status.remove_operation_annotation(self.apis, ns, name)
+        try:
+            status.patch_status(self.apis, ns, name, status.succeeded_status(
+                status.MIGRATE, "Successfully migrated Extension resource", generation))
+            status.remove_finalizer(self.apis, ns, name)
+            status.remove_operation_annotation(self.apis, ns, name)
+        except Exception as err:
+            raise kopf.TemporaryError(f"finishing migration: {err}", delay=backoff(retry, self.settings)) from None
         log.info(f"Successfully migrated Extension resource: {detail}", extra={"namespace": ns, "extension": name})
         return detail
 
@@ -239,7 +247,8 @@ def build_registry(h: Handlers) -> kopf.OperatorRegistry:
         return triggers.health_applies(dict(body))
 
     def on_change(namespace: str, name: str, retry: int, **_: Any) -> None:
-        h.change(namespace, name, retry)
+        with _retry_on_api_errors(retry, h.settings):
+            h.change(namespace, name, retry)
 
     # One operation function behind resume/create/update; it re-reads and re-decides,
     # so running twice for one event is a no-op.
@@ -249,7 +258,8 @@ def build_registry(h: Handlers) -> kopf.OperatorRegistry:
 
     @kopf.on.delete(**res, id="delete", when=wants_finalizer)
     def on_delete(namespace: str, name: str, retry: int, runtime: Any, **_: Any) -> None:
-        h.delete(namespace, name, runtime.total_seconds(), retry)
+        with _retry_on_api_errors(retry, h.settings):
+            h.delete(namespace, name, runtime.total_seconds(), retry)
 
     @kopf.timer(**res, id="health", interval=h.settings.health_interval, when=wants_health,
                 initial_delay=min(5.0, h.settings.health_interval))
@@ -268,6 +278,18 @@ def build_registry(h: Handlers) -> kopf.OperatorRegistry:
             task.cancel()
 
     return registry
+
+
+@contextlib.contextmanager
+def _retry_on_api_errors(retry: int, settings: OperatorSettings) -> Iterator[None]:
+    """Unexpected errors (API hiccups) retry with our backoff instead of kopf's fixed 60 s."""
+    try:
+        yield
+    except (kopf.TemporaryError, kopf.PermanentError):
+        raise
+    except Exception as err:
+        log.warning(f"retrying after error: {err}")
+        raise kopf.TemporaryError(str(err), delay=backoff(retry, settings)) from err
 
 
 async def _heartbeat_loop(h: Handlers) -> None:

@@ -52,8 +52,19 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+class WaitingIsNotAnError(logging.Filter):
+    """kopf logs every retry as an error; a retry we asked for to wait is routine."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "kopf.objects" and "failed temporarily" in str(record.msg) and (
+                "waiting for" in str(record.msg)):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def setup(fmt: str = "json", level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(WaitingIsNotAnError())
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -11,7 +11,7 @@ import datetime as dt
 from typing import Any
 
 from extension import constants as c
-from extension.kube import Apis, is_not_found
+from extension.kube import Apis, is_conflict, is_not_found
 
 # LastOperationType / LastOperationState values.
 CREATE, RECONCILE, DELETE, MIGRATE, RESTORE = "Create", "Reconcile", "Delete", "Migrate", "Restore"
@@ -113,21 +113,28 @@ def remove_operation_annotation(apis: Apis, namespace: str, name: str) -> None:
 
 
 def remove_finalizer(apis: Apis, namespace: str, name: str, finalizer: str = c.FINALIZER) -> None:
-    """Remove our finalizer with a JSON patch guarded by a test of its position."""
-    try:
-        obj = apis.custom.get_namespaced_custom_object(
-            c.EXTENSIONS_GROUP, c.EXTENSIONS_VERSION, namespace, c.EXTENSIONS_PLURAL, name)
-    except Exception as err:
-        if is_not_found(err):
+    """Remove our finalizer; the resourceVersion guard keeps concurrent finalizer changes intact."""
+    for _ in range(5):
+        try:
+            obj = apis.custom.get_namespaced_custom_object(
+                c.EXTENSIONS_GROUP, c.EXTENSIONS_VERSION, namespace, c.EXTENSIONS_PLURAL, name)
+        except Exception as err:
+            if is_not_found(err):
+                return
+            raise
+        meta = obj.get("metadata") or {}
+        finalizers = meta.get("finalizers") or []
+        if finalizer not in finalizers:
             return
-        raise
-    finalizers = (obj.get("metadata") or {}).get("finalizers") or []
-    if finalizer not in finalizers:
-        return
-    idx = finalizers.index(finalizer)
-    apis.custom.api_client.call_api(
-        f"/apis/{c.EXTENSIONS_GROUP}/{c.EXTENSIONS_VERSION}/namespaces/{namespace}/{c.EXTENSIONS_PLURAL}/{name}",
-        "PATCH", body=[{"op": "test", "path": f"/metadata/finalizers/{idx}", "value": finalizer},
-                       {"op": "remove", "path": f"/metadata/finalizers/{idx}"}],
-        header_params={"Content-Type": "application/json-patch+json", "Accept": "application/json"},
-        auth_settings=["BearerToken"], response_type="object", _return_http_data_only=True)
+        try:
+            apis.custom.patch_namespaced_custom_object(
+                c.EXTENSIONS_GROUP, c.EXTENSIONS_VERSION, namespace, c.EXTENSIONS_PLURAL, name,
+                {"metadata": {"finalizers": [f for f in finalizers if f != finalizer],
+                              "resourceVersion": meta.get("resourceVersion")}})
+            return
+        except Exception as err:
+            if is_not_found(err):
+                return
+            if not is_conflict(err):
+                raise
+    raise RuntimeError(f"could not remove finalizer {finalizer} from {namespace}/{name}: too many conflicts")
