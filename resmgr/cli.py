@@ -16,7 +16,13 @@ from resmgr.dump import Dumper
 from resmgr.hooks import NoopHook, ResourceManagerHook
 from resmgr.logsetup import add_logging_arguments, parse_debug_modules, set_debug_modules, setup_logging
 from resmgr.metrics import RelayMetrics, serve_metrics
-from resmgr.relay.server import DEFAULT_PID_FILE, DEFAULT_RELAY_SOCKET, DEFAULT_RUNTIME_SOCKET, Relay
+from resmgr.relay.server import (
+    DEFAULT_PID_FILE,
+    DEFAULT_RELAY_SOCKET,
+    DEFAULT_RUNTIME_SOCKET,
+    TRANSPORTS,
+    Relay,
+)
 from resmgr.relay.settings import (
     RelaySettings,
     SettingsError,
@@ -109,8 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="give up if the runtime does not answer in time (default: wait forever)")
     runtime.add_argument("--shutdown-grace", type=float, default=5.0, metavar="SECONDS",
                          help="on SIGTERM, how long in-flight calls may take to finish (default: 5)")
+    runtime.add_argument("--transport", choices=TRANSPORTS, default="auto",
+                         help="how calls are relayed: 'splice' copies HTTP/2 frames between kubelet and the "
+                              "runtime and reads along (lowest overhead); 'grpc' terminates each call in a gRPC "
+                              "server and re-issues it (needed when --image-socket differs); 'auto' (default) "
+                              "picks splice unless the image socket differs")
     runtime.add_argument("--workers", type=int, default=32,
-                         help="maximum concurrently served calls (default: 32)")
+                         help="maximum concurrently served calls with --transport grpc (default: 32)")
     add_logging_arguments(parser)
     return parser
 
@@ -208,7 +219,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket,
                   image_socket=args.image_socket, hook=hook, metrics=metrics,
                   dumper=Dumper(settings.dump), pid_file=args.pid_file or None, max_workers=args.workers,
-                  runtime_wait_timeout=args.runtime_wait_timeout)
+                  runtime_wait_timeout=args.runtime_wait_timeout, transport=args.transport)
     runner = _Runner(args, relay, settings)
     signal.signal(signal.SIGTERM, runner.on_terminate)
     signal.signal(signal.SIGINT, runner.on_terminate)

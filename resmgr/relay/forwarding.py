@@ -8,7 +8,7 @@ trailing metadata (including ``grpc-status-details-bin``) are carried across.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import grpc
 
@@ -71,7 +71,7 @@ def remaining_timeout(context: grpc.ServicerContext) -> float | None:
     return max(remaining, 0.0)
 
 
-def reraise_upstream_error(err: grpc.RpcError, context: grpc.ServicerContext) -> None:
+def reraise_upstream_error(err: grpc.RpcError, context: grpc.ServicerContext, runtime: str = "") -> None:
     """Answer the caller with the runtime's status, details and trailing metadata; raises."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = err.details() if hasattr(err, "details") else str(err)
@@ -80,7 +80,16 @@ def reraise_upstream_error(err: grpc.RpcError, context: grpc.ServicerContext) ->
         context.set_trailing_metadata(trailing)
     if code is None or code == grpc.StatusCode.OK:
         code = grpc.StatusCode.UNKNOWN
+    if code == grpc.StatusCode.UNAVAILABLE and runtime and _is_connection_failure(details or ""):
+        # The runtime was not reached at all: say where the relay looked, like the splice transport does.
+        details = f"cri-resmgr: runtime at {runtime} is unavailable: {details}"
     context.abort(code, details or "")
+
+
+def _is_connection_failure(details: str) -> bool:
+    # gRPC's own wording when it has no transport; the runtime's own UNAVAILABLE answers pass unchanged.
+    return any(text in details for text in ("failed to connect", "Socket closed", "Connection reset",
+                                            "Broken pipe", "connection refused", "No such file"))
 
 
 class Upstream:
@@ -99,6 +108,10 @@ class Upstream:
         self._unary: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._unary_stream: dict[str, grpc.UnaryStreamMultiCallable] = {}
         self._stream_stream: dict[str, grpc.StreamStreamMultiCallable] = {}
+
+    def endpoint_for(self, path: str) -> str:
+        service, _ = split_path(path)
+        return endpoint_path(self.image_endpoint if service == IMAGE_SERVICE else self.runtime_endpoint)
 
     def channel_for(self, path: str) -> grpc.Channel:
         service, _ = split_path(path)
@@ -129,7 +142,7 @@ class Upstream:
 
 
 def forward_unary(upstream_call: grpc.UnaryUnaryMultiCallable, request: bytes,
-                  context: grpc.ServicerContext, *, cancellable: bool) -> bytes:
+                  context: grpc.ServicerContext, *, cancellable: bool, runtime: str = "") -> bytes:
     """Forward one unary call; raises (via context.abort) with the runtime's status on error.
 
     The blocking call polls its own completion queue in this thread, avoiding a hop to the
@@ -147,7 +160,7 @@ def forward_unary(upstream_call: grpc.UnaryUnaryMultiCallable, request: bytes,
         else:
             response, call = upstream_call.with_call(request, timeout=timeout, metadata=metadata)
     except grpc.RpcError as err:
-        reraise_upstream_error(err, context)
+        reraise_upstream_error(err, context, runtime)
         raise  # unreachable: abort raises
     except grpc.FutureCancelledError:
         context.abort(grpc.StatusCode.CANCELLED, "cancelled by the caller")
@@ -165,8 +178,7 @@ def _copy_response_metadata(call: grpc.Call, context: grpc.ServicerContext) -> N
         context.set_trailing_metadata(trailing)
 
 
-def relay_stream(responses: grpc.Call, context: grpc.ServicerContext,
-                 on_message: Callable[[bytes], None] | None = None) -> Iterator[bytes]:
+def relay_stream(responses: grpc.Call, context: grpc.ServicerContext, runtime: str = "") -> Iterator[bytes]:
     """Yield the runtime's streamed responses; cancel the runtime stream when the caller goes away."""
     context.add_callback(responses.cancel)
     sent_initial = False
@@ -177,27 +189,25 @@ def relay_stream(responses: grpc.Call, context: grpc.ServicerContext,
                 initial = forwardable_metadata(responses.initial_metadata())
                 if initial:
                     context.send_initial_metadata(initial)
-            if on_message is not None:
-                on_message(message)
             yield message
     except grpc.RpcError as err:
         if not context.is_active():
             return  # the caller cancelled; the runtime stream was cancelled by the callback
-        reraise_upstream_error(err, context)
+        reraise_upstream_error(err, context, runtime)
     trailing = forwardable_metadata(responses.trailing_metadata())
     if trailing:
         context.set_trailing_metadata(trailing)
 
 
 def forward_unary_stream(upstream_call: grpc.UnaryStreamMultiCallable, request: bytes,
-                         context: grpc.ServicerContext) -> Iterator[bytes]:
+                         context: grpc.ServicerContext, runtime: str = "") -> Iterator[bytes]:
     responses = upstream_call(request, timeout=remaining_timeout(context),
                               metadata=forwardable_metadata(context.invocation_metadata()))
-    return relay_stream(responses, context)
+    return relay_stream(responses, context, runtime)
 
 
 def forward_stream_stream(upstream_call: grpc.StreamStreamMultiCallable, requests: Iterator[bytes],
-                          context: grpc.ServicerContext) -> Iterator[bytes]:
+                          context: grpc.ServicerContext, runtime: str = "") -> Iterator[bytes]:
     """Any-cardinality forwarding, used for methods the relay does not know.
 
     On the wire a unary call is a stream with one message each way, so relaying it as
@@ -205,4 +215,4 @@ def forward_stream_stream(upstream_call: grpc.StreamStreamMultiCallable, request
     """
     responses = upstream_call(requests, timeout=remaining_timeout(context),
                               metadata=forwardable_metadata(context.invocation_metadata()))
-    return relay_stream(responses, context)
+    return relay_stream(responses, context, runtime)

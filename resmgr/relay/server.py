@@ -23,6 +23,7 @@ from resmgr.relay import forwarding
 from resmgr.relay.forwarding import Upstream, endpoint_path
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import RUNTIME_SERVICE, CriMethod, cri_methods, short_name
+from resmgr.relay.splice import SpliceServer
 from resmgr.relay.startup import (
     RuntimeSnapshot,
     remove_pid_file,
@@ -38,6 +39,8 @@ DEFAULT_RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
 DEFAULT_RUNTIME_SOCKET = "/var/run/containerd/containerd.sock"
 DEFAULT_PID_FILE = "/var/run/cri-resmgr/cri-resmgr.pid"
 SOCKET_MODE = 0o660
+# splice: copy HTTP/2 frames (fast); grpc: a gRPC server + client per call (can split runtime/image sockets).
+TRANSPORTS = ("auto", "splice", "grpc")
 
 # Read-only calls kubelet makes constantly and that finish quickly: they take the fast
 # blocking path. Everything else (state changes, ExecSync, image pulls, unknown methods)
@@ -85,7 +88,7 @@ class Relay:
     def __init__(self, *, relay_socket: str, runtime_socket: str, image_socket: str | None = None,
                  hook: ResourceManagerHook | None = None, metrics: RelayMetrics | None = None,
                  dumper: Dumper | None = None, pid_file: str | None = None, max_workers: int = 32,
-                 runtime_wait_timeout: float | None = None) -> None:
+                 runtime_wait_timeout: float | None = None, transport: str = "auto") -> None:
         self.relay_socket = endpoint_path(relay_socket)
         self.runtime_socket = runtime_socket
         self.image_socket = image_socket or runtime_socket
@@ -95,11 +98,21 @@ class Relay:
         self.pid_file = pid_file
         self.max_workers = max_workers
         self.runtime_wait_timeout = runtime_wait_timeout
+        if transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
+        if transport == "auto":
+            # Splicing frames needs one upstream per client connection; a separate image
+            # service socket means splitting a connection's calls, which only gRPC can do.
+            transport = "splice" if endpoint_path(self.image_socket) == endpoint_path(runtime_socket) else "grpc"
+        elif transport == "splice" and endpoint_path(self.image_socket) != endpoint_path(runtime_socket):
+            raise ValueError("the splice transport needs the image service on the runtime socket; use grpc")
+        self.transport = transport
         self.upstream = Upstream(runtime_socket, self.image_socket)
         self.interceptor = Interceptor(self.hook, self.metrics, self._send_update)
         self.snapshot: RuntimeSnapshot | None = None
         self.stopping = threading.Event()
         self._server: grpc.Server | None = None
+        self._splice: SpliceServer | None = None
         self._intercepted = frozenset(f"/{RUNTIME_SERVICE}/{name}" for name in INTERCEPTED_METHODS)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -121,6 +134,22 @@ class Relay:
                 self.metrics.policy_error("sync", "sync")
         os.makedirs(os.path.dirname(self.relay_socket) or ".", exist_ok=True)
         remove_stale_socket(self.relay_socket)
+        if self.transport == "splice":
+            splice = SpliceServer(relay_socket=self.relay_socket, runtime_socket=endpoint_path(self.runtime_socket),
+                                  interceptor=self.interceptor, metrics=self.metrics, dumper=self.dumper,
+                                  intercepted=self._intercepted)
+            splice.bind(SOCKET_MODE)
+            splice.start()
+            self._splice = splice
+        else:
+            self._start_grpc_server()
+        if self.pid_file:
+            write_pid_file(self.pid_file)
+        log.info("relay serving", extra={"socket": self.relay_socket, "runtime": self.runtime_socket,
+                                         "image": self.image_socket, "hook": type(self.hook).__name__,
+                                         "transport": self.transport})
+
+    def _start_grpc_server(self) -> None:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.max_workers,
                                                         thread_name_prefix="relay"),
                              handlers=[_RelayHandler(self)], options=SERVER_OPTIONS)
@@ -135,18 +164,18 @@ class Relay:
         server.start()
         os.chmod(self.relay_socket, SOCKET_MODE)
         self._server = server
-        if self.pid_file:
-            write_pid_file(self.pid_file)
-        log.info("relay serving", extra={"socket": self.relay_socket, "runtime": self.runtime_socket,
-                                         "image": self.image_socket, "hook": type(self.hook).__name__})
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop accepting calls, let in-flight calls finish (up to ``grace`` s), then clean up."""
         self.stopping.set()
         server, self._server = self._server, None
-        if server is not None:
+        splice, self._splice = self._splice, None
+        if server is not None or splice is not None:
             log.info("relay draining in-flight calls", extra={"grace_s": grace})
-            server.stop(grace).wait()
+            if server is not None:
+                server.stop(grace).wait()
+            if splice is not None:
+                splice.stop(grace)
             # Only a socket we created is ours to remove (never another relay's, never a stray file).
             try:
                 os.unlink(self.relay_socket)
@@ -167,6 +196,7 @@ class Relay:
         """Choose how to relay ``path``: intercepted, unary, server-streaming or unknown (any shape)."""
         method = cri_methods().get(path)
         name = short_name(path)
+        runtime = self.upstream.endpoint_for(path)
         if method is None or method.client_streaming:
             # Unknown shape: relaying as stream-stream is exact for any cardinality.
             log.debug("relaying method as a raw stream", extra={"method": path})
@@ -174,31 +204,32 @@ class Relay:
             label = name if method is not None else "other"
 
             def raw_stream(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
-                responses = forwarding.forward_stream_stream(upstream_ss, requests, context)
+                responses = forwarding.forward_stream_stream(upstream_ss, requests, context, runtime)
                 return self._observe_stream(path, label, responses, context)
             return grpc.stream_stream_rpc_method_handler(raw_stream)
         if method.server_streaming:
             upstream_us = self.upstream.unary_stream(path)
 
             def server_streaming(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
-                responses = forwarding.forward_unary_stream(upstream_us, request, context)
+                responses = forwarding.forward_unary_stream(upstream_us, request, context, runtime)
                 return self._observe_stream(path, name, responses, context)
             return grpc.unary_stream_rpc_method_handler(server_streaming)
         upstream_uu = self.upstream.unary(path)
         if path in self._intercepted:
-            return grpc.unary_unary_rpc_method_handler(self._intercepted_handler(method, upstream_uu))
+            return grpc.unary_unary_rpc_method_handler(self._intercepted_handler(method, upstream_uu, runtime))
         return grpc.unary_unary_rpc_method_handler(
-            self._unary_handler(path, name, upstream_uu, cancellable=name not in HOT_METHODS))
+            self._unary_handler(path, name, upstream_uu, cancellable=name not in HOT_METHODS, runtime=runtime))
 
     def _unary_handler(self, path: str, name: str, upstream_uu: grpc.UnaryUnaryMultiCallable, *,
-                       cancellable: bool) -> Callable[[bytes, grpc.ServicerContext], bytes]:
+                       cancellable: bool, runtime: str) -> Callable[[bytes, grpc.ServicerContext], bytes]:
         observe = self.metrics.observe
         dumper = self.dumper
 
         def unary(request: bytes, context: grpc.ServicerContext) -> bytes:
             started = time.perf_counter()
             try:
-                response = forwarding.forward_unary(upstream_uu, request, context, cancellable=cancellable)
+                response = forwarding.forward_unary(upstream_uu, request, context, cancellable=cancellable,
+                                                    runtime=runtime)
             except Exception:
                 self._finish_error(path, name, request, context, started)
                 raise
@@ -209,7 +240,7 @@ class Relay:
             return response
         return unary
 
-    def _intercepted_handler(self, method: CriMethod, upstream_uu: grpc.UnaryUnaryMultiCallable
+    def _intercepted_handler(self, method: CriMethod, upstream_uu: grpc.UnaryUnaryMultiCallable, runtime: str
                              ) -> Callable[[bytes, grpc.ServicerContext], bytes]:
         path, name = method.path, method.name
 
@@ -219,7 +250,7 @@ class Relay:
 
             def forward(outgoing: bytes) -> bytes:
                 sent.append(outgoing)
-                return forwarding.forward_unary(upstream_uu, outgoing, context, cancellable=True)
+                return forwarding.forward_unary(upstream_uu, outgoing, context, cancellable=True, runtime=runtime)
             try:
                 response = self.interceptor.handle(method, request, forward)
             except Exception:

@@ -33,15 +33,16 @@ def relay(containerd) -> Iterator[RelayProcess]:
         containerd.remove_all()
 
 
-@pytest.fixture
-def inproc_relay(containerd) -> Iterator[Callable[..., Relay]]:
-    """Start Relay objects in this process (to inject hooks); stopped and cleaned up after the test."""
+@pytest.fixture(params=["splice", "grpc"])
+def inproc_relay(request, containerd) -> Iterator[Callable[..., Relay]]:
+    """Start Relay objects in this process (to inject hooks), with each transport; stopped after the test."""
     relays: list[Relay] = []
     workdir = Path(tempfile.mkdtemp(prefix="relay-", dir="/tmp"))
 
     def start(hook: ResourceManagerHook | None = None, runtime_socket: str | None = None, **kwargs) -> Relay:
         relay = Relay(relay_socket=str(workdir / f"r{len(relays)}.sock"),
-                      runtime_socket=runtime_socket or containerd.socket, hook=hook or NoopHook(), **kwargs)
+                      runtime_socket=runtime_socket or containerd.socket, hook=hook or NoopHook(),
+                      transport=request.param, **kwargs)
         relays.append(relay)
         relay.start()
         relay.endpoint = "unix://" + relay.relay_socket  # type: ignore[attr-defined]

@@ -84,6 +84,8 @@ def test_sighup_reloads_forced_config(containerd, workdir):
         wait_for(lambda: any(e["msg"] == "SIGHUP: reloaded forced config" for e in relay.log_entries()),
                  "the reload")
         answers_version(relay.endpoint)
+        # Entries are written once the call is complete, which may be just after the client has its answer.
+        wait_for(lambda: dump.exists() and dump.read_text().strip(), "the dump entry")
         entries = [json.loads(line) for line in dump.read_text().splitlines()]
         assert entries and entries[-1]["method"] == "Version" and "containerd" in entries[-1]["response"]
         # A broken config on SIGHUP keeps the current one and says why.
@@ -92,7 +94,7 @@ def test_sighup_reloads_forced_config(containerd, workdir):
         wait_for(lambda: any("keeping the current config" in e["msg"] for e in relay.log_entries()), "rejection")
         before = len(dump.read_text().splitlines())
         answers_version(relay.endpoint)
-        assert len(dump.read_text().splitlines()) == before + 1
+        wait_for(lambda: len(dump.read_text().splitlines()) == before + 1, "the next dump entry")
     finally:
         relay.stop()
 

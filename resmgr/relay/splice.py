@@ -1,0 +1,567 @@
+"""HTTP/2 frame relay ("splice"): the low-overhead transport of the relay.
+
+Each client connection gets its own upstream connection, and HTTP/2 frames are copied
+between the two as they are, so the two ends talk to each other end to end: settings,
+flow control, pings, metadata, deadlines (grpc-timeout), cancellation (RST_STREAM),
+status codes and details all pass untouched, and no message is ever decoded on the
+pass-through path. The relay only *reads* along: it decodes header blocks with its own
+HPACK decoders (one per direction, kept in step because every block is seen in order)
+to learn each stream's method and final grpc-status, for metrics and dumping.
+
+Intercepted methods are the exception: the request's DATA frames are held back until the
+message is complete, handed to the Interceptor in a worker thread (one lock for all), and
+the possibly rewritten message is sent on as new DATA frames. Upstream's connection-level
+WINDOW_UPDATEs are corrected by the size difference so both ends keep agreeing on the
+flow-control window. The response is forwarded to the client as it arrives, and read
+along for the hook's ``after``.
+
+Measured on a 2-core machine, a Python gRPC server+client proxy costs ~0.5 ms of CPU per
+call; copying frames costs a few tens of microseconds. That difference is why this exists.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import hpack
+
+from resmgr.dump import Dumper
+from resmgr.metrics import RelayMetrics
+from resmgr.relay.interception import Interceptor
+from resmgr.relay.methods import CriMethod, cri_methods, short_name
+
+log = logging.getLogger(__name__)
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+FLAG_END_STREAM, FLAG_ACK, FLAG_END_HEADERS, FLAG_PADDED, FLAG_PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
+SETTINGS_MAX_FRAME_SIZE = 0x5
+DEFAULT_MAX_FRAME = 16384
+RECV_BYTES = 256 * 1024
+# Header tables may grow as far as the two ends agree; the read-along decoders must follow.
+MAX_HEADER_TABLE = 1 << 24
+MAX_HEADER_LIST = 1 << 24
+
+# grpc-status numbers to names (https://grpc.github.io/grpc/core/md_doc_statuscodes.html).
+STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+                "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+                "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
+
+
+def status_name(code: int) -> str:
+    return STATUS_NAMES[code] if 0 <= code < len(STATUS_NAMES) else f"CODE_{code}"
+
+
+def frame(ftype: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + stream_id.to_bytes(4, "big") + payload
+
+
+def grpc_message(data: bytes) -> bytes | None:
+    """The single uncompressed message in gRPC length-prefixed framing, or None if it is anything else."""
+    if len(data) < 5 or data[0] != 0 or int.from_bytes(data[1:5], "big") != len(data) - 5:
+        return None
+    return data[5:]
+
+
+def grpc_frame(message: bytes) -> bytes:
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+class UpstreamCallError(Exception):
+    """The runtime answered an intercepted call with a non-OK status (already relayed to the client)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{status_name(code)}: {message}")
+        self.code = code
+
+
+@dataclass(eq=False)
+class _Stream:
+    stream_id: int
+    path: str
+    name: str
+    started: float
+    method: CriMethod | None = None
+    hold: bool = False  # intercepted: request DATA is held for the hook
+    collect: bool = False  # keep request/response bytes (interception or dumping)
+    request: bytearray = field(default_factory=bytearray)
+    response: bytearray = field(default_factory=bytearray)
+    response_headers_seen: bool = False
+    status: int | None = None
+    message: str = ""
+    cancelled: bool = False
+    done: threading.Event | None = None
+
+
+def _header_payload(ftype: int, flags: int, payload: memoryview) -> memoryview:
+    """The header block fragment of a HEADERS/CONTINUATION frame (padding and priority removed)."""
+    if ftype == HEADERS:
+        start, end = 0, len(payload)
+        if flags & FLAG_PADDED:
+            end -= payload[0]
+            start = 1
+        if flags & FLAG_PRIORITY:
+            start += 5
+        return payload[start:end]
+    return payload
+
+
+def _data_payload(flags: int, payload: memoryview) -> memoryview:
+    if flags & FLAG_PADDED:
+        return payload[1:len(payload) - payload[0]]
+    return payload
+
+
+class _Connection:
+    """One client connection spliced onto one upstream connection."""
+
+    def __init__(self, server: SpliceServer, client: socket.socket, upstream: socket.socket) -> None:
+        self.server = server
+        self.client = client
+        self.upstream = upstream
+        self.client_lock = threading.Lock()  # writes to the client
+        self.upstream_lock = threading.Lock()  # writes to the runtime
+        self.streams: dict[int, _Stream] = {}
+        self.request_decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
+        self.response_decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
+        for decoder in (self.request_decoder, self.response_decoder):
+            decoder.max_allowed_table_size = MAX_HEADER_TABLE
+        self.request_blocks: dict[int, bytearray] = {}
+        self.response_blocks: dict[int, bytearray] = {}
+        self.blind = False  # read-along failed: copy bytes only, touch nothing
+        self.window_debt = 0  # bytes sent upstream minus bytes the client sent (rewritten requests)
+        self.debt_lock = threading.Lock()
+        self.upstream_max_frame = DEFAULT_MAX_FRAME
+        self.last_client_stream = 0
+        self.closed = threading.Event()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def send_client(self, data: bytes | bytearray | memoryview) -> None:
+        with self.client_lock:
+            self.client.sendall(data)
+
+    def send_upstream(self, data: bytes | bytearray | memoryview) -> None:
+        with self.upstream_lock:
+            self.upstream.sendall(data)
+
+    def run(self) -> None:
+        reader = threading.Thread(target=self._guarded, args=(self._upstream_to_client,), daemon=True,
+                                  name="splice-u2c")
+        reader.start()
+        self._guarded(self._client_to_upstream)
+        reader.join()
+        self.close()
+
+    def _guarded(self, loop: Callable[[], None]) -> None:
+        try:
+            loop()
+        except OSError as err:
+            if err.errno not in (errno.EBADF, errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN):
+                log.warning("connection error: %s", err)
+        except Exception:
+            log.exception("relay connection failed; closing it")
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        for sock in (self.client, self.upstream):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._shutdown()
+        self.client.close()
+        self.upstream.close()
+        for stream in list(self.streams.values()):
+            self._finish(stream, 14, "connection closed", count=not stream.cancelled)
+        self.streams.clear()
+        self.closed.set()
+        self.server.forget(self)
+
+    def goaway(self) -> None:
+        """Tell the client to open no new streams here (drain); in-flight streams continue."""
+        payload = self.last_client_stream.to_bytes(4, "big") + (0).to_bytes(4, "big")
+        try:
+            self.send_client(frame(GOAWAY, 0, 0, payload))
+        except OSError:
+            pass
+
+    # -- client -> runtime -----------------------------------------------------------------
+
+    def _client_to_upstream(self) -> None:
+        buf = bytearray()
+        while len(buf) < len(PREFACE):
+            data = self.client.recv(RECV_BYTES)
+            if not data:
+                return
+            buf += data
+        if not buf.startswith(PREFACE):
+            log.warning("client did not open with the HTTP/2 preface; relaying its bytes blindly")
+            self.blind = True
+        start = len(PREFACE)
+        recv = self.client.recv
+        while True:
+            if self.blind:
+                if buf:
+                    self.send_upstream(buf)
+                    buf.clear()
+            else:
+                with memoryview(buf) as view:
+                    out, consumed, held = self._scan_requests(view, start)
+                    if consumed:
+                        self.send_upstream(out if out is not None else view[:consumed])
+                del buf[:consumed]
+                start = 0
+                for stream in held:
+                    self.server.workers.submit(self._intercept, stream)
+            data = recv(RECV_BYTES)
+            if not data:
+                return
+            buf += data
+
+    def _scan_requests(self, view: memoryview, pos: int) -> tuple[bytearray | None, int, list[_Stream]]:
+        """Parse the complete frames in ``view`` from ``pos``.
+
+        Returns the bytes to forward (None: all of ``view[:consumed]``), how much was consumed,
+        and the intercepted streams whose request is now complete.
+        """
+        out: bytearray | None = None  # only built when some frame is held back
+        forward_from = 0
+        held: list[_Stream] = []
+        size = len(view)
+        while size - pos >= 9:
+            length = int.from_bytes(view[pos:pos + 3], "big")
+            end = pos + 9 + length
+            if end > size:
+                break
+            ftype, flags = view[pos + 3], view[pos + 4]
+            sid = int.from_bytes(view[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+            if ftype == DATA:
+                stream = self.streams.get(sid)
+                if stream is not None and stream.collect:
+                    stream.request += _data_payload(flags, view[pos + 9:end])
+                    if stream.hold:
+                        if out is None:
+                            out = bytearray()
+                        out += view[forward_from:pos]
+                        forward_from = end
+                        if flags & FLAG_END_STREAM:
+                            held.append(stream)
+            elif ftype == HEADERS or ftype == CONTINUATION:
+                block = _header_payload(ftype, flags, view[pos + 9:end])
+                if flags & FLAG_END_HEADERS and sid not in self.request_blocks:
+                    self._request_headers(sid, block)
+                else:
+                    pending = self.request_blocks.setdefault(sid, bytearray())
+                    pending += block
+                    if flags & FLAG_END_HEADERS:
+                        self._request_headers(sid, self.request_blocks.pop(sid))
+                del block
+            elif ftype == RST_STREAM:
+                stream = self.streams.get(sid)
+                if stream is not None:
+                    stream.cancelled = True
+                    self._finish(stream, 1, "cancelled by the client")
+            pos = end
+        if out is not None:
+            out += view[forward_from:pos]
+        return out, pos, held
+
+    def _request_headers(self, sid: int, block: bytes | memoryview) -> None:
+        try:
+            headers = self.request_decoder.decode(bytes(block), raw=True)
+        except Exception as err:
+            self._go_blind(f"cannot decode request headers: {err}")
+            return
+        if sid in self.streams:
+            return  # trailers of a client-streaming call
+        self.last_client_stream = max(self.last_client_stream, sid)
+        path = ""
+        for name, value in headers:
+            if name == b":path":
+                path = value.decode("utf-8", "replace")
+                break
+        name = short_name(path)
+        stream = _Stream(sid, path, name, time.perf_counter())
+        if path in self.server.intercepted:
+            stream.method = cri_methods()[path]
+            stream.hold = stream.collect = True
+        elif self.server.dumper.enabled(name):
+            stream.collect = True
+        self.streams[sid] = stream
+
+    def _go_blind(self, reason: str) -> None:
+        log.error("%s; relaying this connection's bytes without interception from now on", reason)
+        self.server.metrics.relay_error("connection", "header_decode")
+        self.blind = True
+        for stream in list(self.streams.values()):
+            if stream.hold:
+                self._finish(stream, 13, "relay lost track of the connection")
+        self.streams.clear()
+
+    # -- runtime -> client -----------------------------------------------------------------
+
+    def _upstream_to_client(self) -> None:
+        buf = bytearray()
+        recv = self.upstream.recv
+        while True:
+            data = recv(RECV_BYTES)
+            if not data:
+                return
+            buf += data
+            if self.blind:
+                self.send_client(buf)
+                buf.clear()
+                continue
+            with memoryview(buf) as view:
+                consumed = self._relay_responses(view)
+            del buf[:consumed]
+
+    def _relay_responses(self, view: memoryview) -> int:
+        size = len(view)
+        pos = 0
+        frames: list[tuple[int, int, int, int, int]] = []
+        rewrite = False
+        while size - pos >= 9:
+            length = int.from_bytes(view[pos:pos + 3], "big")
+            end = pos + 9 + length
+            if end > size:
+                break
+            ftype = view[pos + 3]
+            frames.append((ftype, view[pos + 4], int.from_bytes(view[pos + 5:pos + 9], "big") & 0x7FFFFFFF,
+                           pos, end))
+            if ftype == WINDOW_UPDATE and self.window_debt:
+                rewrite = True
+            pos = end
+        if pos:
+            self.send_client(self._rewrite_window_updates(view, frames) if rewrite else view[:pos])
+            # Read along only after the bytes are on their way: this costs the client no latency.
+            for ftype, flags, sid, start, end in frames:
+                self._response_frame(ftype, flags, sid, view[start + 9:end])
+        return pos
+
+    def _rewrite_window_updates(self, view: memoryview, frames: list[tuple[int, int, int, int, int]]) -> bytearray:
+        out = bytearray()
+        for ftype, _flags, sid, start, end in frames:
+            if ftype == WINDOW_UPDATE and sid == 0:
+                increment = int.from_bytes(view[start + 9:end], "big") & 0x7FFFFFFF
+                with self.debt_lock:
+                    adjusted = increment - self.window_debt
+                    if adjusted <= 0:
+                        self.window_debt -= increment
+                        continue
+                    self.window_debt = 0
+                out += frame(WINDOW_UPDATE, 0, 0, adjusted.to_bytes(4, "big"))
+            else:
+                out += view[start:end]
+        return out
+
+    def _response_frame(self, ftype: int, flags: int, sid: int, payload: memoryview) -> None:
+        if ftype == DATA:
+            stream = self.streams.get(sid)
+            if stream is not None:
+                if stream.collect:
+                    stream.response += _data_payload(flags, payload)
+                if flags & FLAG_END_STREAM:
+                    self._finish(stream, 2, "stream ended without trailers")
+        elif ftype == HEADERS or ftype == CONTINUATION:
+            block = _header_payload(ftype, flags, payload)
+            if not flags & FLAG_END_HEADERS or sid in self.response_blocks:
+                pending = self.response_blocks.setdefault(sid, bytearray())
+                pending += block
+                if not flags & FLAG_END_HEADERS:
+                    return
+                block = memoryview(self.response_blocks.pop(sid))
+            try:
+                headers = self.response_decoder.decode(bytes(block), raw=True)
+            except Exception as err:
+                self._go_blind(f"cannot decode response headers: {err}")
+                return
+            stream = self.streams.get(sid)
+            if stream is None:
+                return
+            ended = bool(flags & FLAG_END_STREAM) if ftype == HEADERS else stream.response_headers_seen
+            stream.response_headers_seen = True
+            if ended or any(name == b"grpc-status" for name, _ in headers):
+                code, message = 2, ""
+                for name, value in headers:
+                    if name == b"grpc-status":
+                        code = int(value) if value.isdigit() else 2
+                    elif name == b"grpc-message":
+                        message = value.decode("utf-8", "replace")
+                self._finish(stream, code, message)
+        elif ftype == RST_STREAM:
+            stream = self.streams.get(sid)
+            if stream is not None:
+                self._finish(stream, 1 if int.from_bytes(payload, "big") == 8 else 13, "stream reset by the runtime")
+        elif ftype == SETTINGS and not flags & FLAG_ACK:
+            for i in range(0, len(payload) - 5, 6):
+                if int.from_bytes(payload[i:i + 2], "big") == SETTINGS_MAX_FRAME_SIZE:
+                    self.upstream_max_frame = int.from_bytes(payload[i + 2:i + 6], "big")
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def _finish(self, stream: _Stream, code: int, message: str, count: bool = True) -> None:
+        if self.streams.pop(stream.stream_id, None) is None and stream.status is not None:
+            return
+        stream.status, stream.message = code, message
+        if stream.done is not None:
+            stream.done.set()
+        if not count:
+            return
+        latency = time.perf_counter() - stream.started
+        code_name = status_name(code)
+        self.server.metrics.observe(stream.name if stream.method or stream.path in cri_methods() else "other",
+                                    code_name, latency)
+        dumper = self.server.dumper
+        if dumper.enabled(stream.name):
+            request = grpc_message(bytes(stream.request)) if stream.collect else None
+            response = grpc_message(bytes(stream.response)) if stream.collect and code == 0 else None
+            dumper.dump(stream.path, stream.name, request, response,
+                        None if code == 0 else f"{code_name}: {message}", latency)
+
+    # -- interception ----------------------------------------------------------------------
+
+    def _send_request(self, stream: _Stream, payload: bytes) -> None:
+        if stream.cancelled:
+            return
+        limit = self.upstream_max_frame
+        chunks = [payload[i:i + limit] for i in range(0, len(payload), limit)] or [b""]
+        data = b"".join(frame(DATA, FLAG_END_STREAM if i == len(chunks) - 1 else 0, stream.stream_id, chunk)
+                        for i, chunk in enumerate(chunks))
+        self.send_upstream(data)
+
+    def _intercept(self, stream: _Stream) -> None:
+        original = bytes(stream.request)
+        message = grpc_message(original)
+        assert stream.method is not None
+        if message is None:
+            log.error("intercepted request is not a single uncompressed gRPC message; passing it through",
+                      extra={"method": stream.name, "bytes": len(original)})
+            self.server.metrics.relay_error(stream.name, "undecodable_request")
+            self._send_request(stream, original)
+            return
+
+        def forward(outgoing: bytes) -> bytes:
+            payload = original if outgoing is message else grpc_frame(outgoing)
+            if len(payload) != len(original):
+                with self.debt_lock:
+                    self.window_debt += len(payload) - len(original)
+            stream.done = threading.Event()
+            if stream.status is not None:  # finished (reset, connection gone) before we sent anything
+                stream.done.set()
+            else:
+                self._send_request(stream, payload)
+            stream.done.wait()
+            if stream.status != 0:
+                raise UpstreamCallError(stream.status or 2, stream.message)
+            response = grpc_message(bytes(stream.response))
+            return response if response is not None else bytes(stream.response)
+
+        try:
+            self.server.interceptor.handle(stream.method, message, forward)
+        except UpstreamCallError:
+            pass  # the runtime's answer already went to the client
+        except Exception:
+            log.exception("interception failed", extra={"method": stream.name})
+
+
+class SpliceServer:
+    """Accepts client connections on the relay socket and splices each onto a new runtime connection."""
+
+    def __init__(self, *, relay_socket: str, runtime_socket: str, interceptor: Interceptor,
+                 metrics: RelayMetrics, dumper: Dumper, intercepted: frozenset[str], max_workers: int = 8,
+                 connect_timeout: float = 5.0) -> None:
+        self.relay_socket = relay_socket
+        self.runtime_socket = runtime_socket
+        self.interceptor = interceptor
+        self.metrics = metrics
+        self.dumper = dumper
+        self.intercepted = intercepted
+        self.workers = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="intercept")
+        self.connect_timeout = connect_timeout
+        self.connections: set[_Connection] = set()
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._accepting = threading.Event()
+
+    def bind(self, mode: int) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o777 & ~mode)  # never more open than ``mode``, not even briefly
+        try:
+            listener.bind(self.relay_socket)
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.relay_socket, mode)
+        listener.listen(128)
+        self._listener = listener
+
+    def start(self) -> None:
+        assert self._listener is not None, "bind() first"
+        self._accepting.set()
+        threading.Thread(target=self._accept_loop, args=(self._listener,), daemon=True,
+                         name="splice-accept").start()
+
+    def _accept_loop(self, listener: socket.socket) -> None:
+        while self._accepting.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True, name="splice-c2u").start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        upstream.settimeout(self.connect_timeout)
+        try:
+            upstream.connect(self.runtime_socket)
+        except OSError as err:
+            upstream.close()
+            reason = f"cri-resmgr: runtime at {self.runtime_socket} is unavailable: {err.strerror or err}"
+            log.error(reason)
+            from resmgr.relay.unavailable import answer_unavailable  # only needed when things are broken
+            answer_unavailable(client, reason, self.metrics)
+            return
+        upstream.settimeout(None)
+        connection = _Connection(self, client, upstream)
+        with self._lock:
+            self.connections.add(connection)
+        connection.run()
+
+    def forget(self, connection: _Connection) -> None:
+        with self._lock:
+            self.connections.discard(connection)
+
+    def stop(self, grace: float) -> None:
+        """Stop accepting, ask clients to go away, wait for in-flight streams up to ``grace``, then close."""
+        self._accepting.clear()
+        if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            connections = list(self.connections)
+        for connection in connections:
+            connection.goaway()
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(c.streams for c in connections):
+            time.sleep(0.05)
+        for connection in connections:
+            connection._shutdown()
+        for connection in connections:
+            connection.closed.wait(5)
+        self.workers.shutdown(wait=False)
