@@ -102,8 +102,10 @@ class ResourceManager:
         self.forced = force_config is not None
         self._lock = threading.RLock()
         self._pending: str | None = None
+        self._deferred: list[ContainerUpdate] = []
         self._seq = count()
         data = self.cache.load()
+        self._cached_config: tuple[dict[str, Any] | None, str] = (data.config, data.config_source)
         self.pods: dict[str, PodInfo] = {}
         self.containers: dict[str, ContainerInfo] = {}
         for pid, p in data.pods.items():
@@ -119,6 +121,8 @@ class ResourceManager:
         config, source = self._startup_config(data, fallback_config, force_config, disable_policy_switch)
         self.policy = self._startup_policy(config, source, fallback_config)
         self.config, self.config_source = self._startup_choice
+        # Containers whose cpusets the runtime may not have yet; sync_with_runtime updates them.
+        self._unsynced: set[str] = set()
         if data.policy == self.policy.name and data.policy_data:
             self._restore(data.policy_data)
         else:
@@ -166,9 +170,11 @@ class ResourceManager:
                         fallback: dict[str, Any] | None) -> Policy:
         """The policy for the startup config; a cached config that no longer fits falls back."""
         candidates = [(config, source)]
-        if source not in ("force-config", "fallback-config") and fallback is not None:
-            candidates.append((fallback, "fallback-config"))
-        if source != "force-config":
+        if source not in ("force-config", "fallback-config", "defaults"):
+            # Only a cached (agent-pushed) config falls back: the agent will push again,
+            # while a bad file given on the command line must stop the start loudly.
+            if fallback is not None:
+                candidates.append((fallback, "fallback-config"))
             candidates.append(({}, "defaults"))
         for i, (cfg, src) in enumerate(candidates):
             try:
@@ -194,12 +200,14 @@ class ResourceManager:
         for cid, c in self.containers.items():
             if cid not in self.policy.grants and self.policy.name != "none":
                 self.policy.allocate(cid, c)
+                self._unsynced.add(cid)
 
     def _reallocate_all(self) -> None:
         self.policy.containers.clear()
         self.policy.grants.clear()
         for cid, c in self.containers.items():
             self.policy.allocate(cid, c)
+        self._unsynced = set(self.containers)
 
     def save(self) -> None:
         data = CacheData(
@@ -208,8 +216,10 @@ class ResourceManager:
             policy=self.policy.name,
             policy_data={k: v for k, v in self.policy.export_state().items()} if self._pending is None
             else self._export_without_pending(),
-            config=self.config,
-            config_source=self.config_source,
+            # Only configs pushed at runtime are cached; files given on the command line are
+            # re-read at every start (as in cri-resource-manager).
+            config=self._cached_config[0],
+            config_source=self._cached_config[1],
         )
         self.cache.save(data)
 
@@ -226,10 +236,30 @@ class ResourceManager:
             return {cid: (_fmt(c), _fmt(m)) for cid, (c, m) in self.policy.placements().items()
                     if not cid.startswith(PENDING_PREFIX)}
 
+    # -- relay entry points besides the hook protocol ---------------------------------------------
+    def sync(self, pods: list[Any], containers: list[Any]) -> list[ContainerUpdate]:
+        """Called by the relay at startup with the runtime's listing (see sync_with_runtime).
+
+        The relay ignores the return value, so the updates are also queued and handed
+        out with the next ``before`` call (updates are idempotent if sent twice).
+        """
+        updates = self.sync_with_runtime(pods, containers)
+        with self._lock:
+            self._deferred.extend(updates)
+        return updates
+
+    def reconfigure(self, config: dict[str, Any]) -> list[ContainerUpdate]:
+        """Called by the relay on SIGHUP with the re-read forced config; queues updates like ``sync``."""
+        with self._lock:
+            updates = self._apply(config, "force-config")
+            self._deferred.extend(updates)
+        return updates
+
     # -- hook protocol --------------------------------------------------------------------------
     def before(self, method: str, request: Message) -> HookResult:
         with self._lock:
-            updates = self._drop_failed_create()
+            updates, self._deferred = self._deferred, []
+            updates += self._drop_failed_create()
             if method == "CreateContainer":
                 return self._before_create(request, updates)
             if method == "UpdateContainerResources":
@@ -384,6 +414,8 @@ class ResourceManager:
                 policy.allocate(cid, c)
         self.policy = policy
         self.config, self.config_source = config, source
+        if not self.forced:
+            self._cached_config = (config, source)
         self.save()
         log.info("applied config from %s (policy %s)", source, policy.name)
         return diff_placements(old, policy.placements(), reason="config changed")
@@ -435,11 +467,12 @@ class ResourceManager:
             new = self.policy.placements()
             updates = diff_placements(old, new, reason="synced with runtime")
             pending = {u.container_id for u in updates}
-            for cid in adopted:
+            for cid in [*adopted, *sorted(self._unsynced)]:
                 cpus, mems = new.get(cid, (None, None))
                 if (cpus is not None or mems is not None) and cid not in pending:
-                    updates.append(ContainerUpdate(cid, _fmt(cpus), _fmt(mems), reason="adopted"))
+                    updates.append(ContainerUpdate(cid, _fmt(cpus), _fmt(mems), reason="re-placed at startup"))
                     pending.add(cid)
+            self._unsynced.clear()
             for cid, res in resources.items():
                 if cid in pending or cid not in new or not res.HasField("linux"):
                     continue

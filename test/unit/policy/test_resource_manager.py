@@ -1,0 +1,184 @@
+"""The resource manager through the hook protocol: requests edited, side updates, cache, config."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from cri_api.v1 import api_pb2
+from rm_driver import Driver
+
+from resmgr.cache import CACHE_VERSION, Cache, CacheError, reset_cache
+from resmgr.config import ConfigError, validate_config_text
+from resmgr.resource_manager import ResourceManager
+from resmgr.topology import Topology, parse_cpuset
+
+STATIC = "policy:\n  Active: static\n  ReservedResources:\n    cpu: cpuset:0,64\n"
+TA = "policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: cpuset:0\n"
+
+
+def test_create_sets_cpuset_and_updates_shared(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, STATIC)
+    be = d.create(d.run_pod("be"), "c")
+    assert d.runtime.cpusets[be] == ("0-127", "")
+    g = d.create(d.run_pod("g", qos="guaranteed"), "c", 4000)
+    exclusive = parse_cpuset(d.runtime.cpusets[g][0])
+    assert len(exclusive) == 4
+    # The shared container was updated through a ContainerUpdate, not left on the old pool.
+    assert parse_cpuset(d.runtime.cpusets[be][0]) == set(range(128)) - exclusive
+    assert d.runtime_view() == d.rm.placements()
+    d.remove_container(g)
+    assert d.runtime.cpusets[be][0] == "0-127"
+
+
+def test_mems_pinned_by_topology_aware(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, TA)
+    g = d.create(d.run_pod("g", qos="guaranteed"), "c", 2000)
+    cpus, mems = d.runtime.cpusets[g]
+    assert len(parse_cpuset(cpus)) == 2 and len(parse_cpuset(mems)) == 1
+    sys_ctr = d.create(d.run_pod("s", namespace="kube-system", qos="burstable"), "c", 100)
+    assert d.runtime.cpusets[sys_ctr] == ("0", "0")
+
+
+def test_failed_create_is_released(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["this-machine"], tmp_path, "policy:\n  Active: static\n  ReservedResources:\n    cpu: 1\n")
+    be = d.create(d.run_pod("be"), "c")
+    pod = d.run_pod("g", qos="guaranteed")
+    assert d.create(pod, "c", 1000, fail=True) is None
+    assert d.runtime.cpusets[be][0] == "0"  # the shared container was shrunk...
+    d.run_pod("other")  # ...and the next hook call releases the failed create and restores it
+    assert d.runtime.cpusets[be][0] == "0-1"
+    g = d.create(pod, "c", 1000)
+    assert d.runtime.cpusets[g][0] == "1"
+
+
+def test_kubelet_update_keeps_policy_cpuset(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, STATIC)
+    g = d.create(d.run_pod("g", qos="guaranteed"), "c", 2000)
+    before = d.runtime.cpusets[g]
+    d.kubelet_update(g, "0-127")
+    assert d.runtime.cpusets[g] == before
+
+
+def test_restart_restores_and_reconciles(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["8numa-256"], tmp_path, TA)
+    ids = [d.create(d.run_pod(f"p{i}", qos=q), "c", m)
+           for i, (q, m) in enumerate([("guaranteed", 3000), ("burstable", 500), ("besteffort", 0),
+                                       ("guaranteed", 1500)])]
+    state = d.rm.policy.export_state()
+    placements = d.rm.placements()
+    assert d.restart() == []
+    assert d.rm.placements() == placements and d.rm.policy.export_state() == state
+    # A container vanished while we were down, and one appeared that we never saw.
+    gone = ids[0]
+    for m in (d.runtime.cpusets, d.runtime.container_pod, d.runtime.container_name):
+        m.pop(gone)
+    d.runtime.cpusets["stranger"] = ("", "")
+    d.runtime.container_pod["stranger"] = "pod-p1"
+    d.runtime.container_name["stranger"] = "sidecar"
+    d.restart()
+    assert gone not in d.rm.placements() and "stranger" in d.rm.placements()
+    assert d.runtime_view() == d.rm.placements()
+    on_disk = Cache(tmp_path).load()
+    assert gone not in on_disk.containers and "stranger" in on_disk.containers
+
+
+def test_bad_config_rejected_previous_kept(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, STATIC)
+    d.create(d.run_pod("g", qos="guaranteed"), "c", 2000)
+    placements = d.rm.placements()
+    bad = [
+        ("policy:\n  Active: static\n  AvailableResources:\n    cpu: cpuset:0-500\n", "policy.AvailableResources.cpu"),
+        ("policy:\n  Active: static\n  ReservedResources:\n    cpu: 200\n", "policy.ReservedResources.cpu"),
+        ("policy:\n  Active: balloons\n", "policy.Active"),  # a runtime policy switch
+    ]
+    for text, field in bad:
+        with pytest.raises(ConfigError) as info:
+            d.rm.set_config(validate_config_text(text), source="agent")
+        assert info.value.field == field
+        assert d.rm.config == d.config and d.rm.placements() == placements
+    with pytest.raises(ConfigError) as info:
+        validate_config_text("policy:\n  Active: nonesuch\n")
+    assert info.value.field == "policy.Active"
+    # A good change re-places containers and is persisted.
+    updates = d.rm.set_config(validate_config_text(STATIC.replace("cpuset:0,64", "cpuset:0-1,64-65")), source="agent")
+    assert Cache(tmp_path).load().config["policy"]["ReservedResources"] == {"cpu": "cpuset:0-1,64-65"}
+    d.runtime.apply(updates)
+    assert d.runtime_view() == d.rm.placements()
+
+
+def test_policy_switch_at_startup(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, STATIC)
+    g = d.create(d.run_pod("g", qos="guaranteed"), "c", 2000)
+    d.config = validate_config_text(TA)
+    # With --disable-policy-switch the cached policy stays.
+    d.restart(disable_policy_switch=True)
+    assert d.rm.policy.name == "static"
+    d.restart()
+    assert d.rm.policy.name == "topology-aware"
+    assert len(parse_cpuset(d.runtime.cpusets[g][0])) == 2 and d.runtime.cpusets[g][1]
+
+
+def test_force_config_wins_and_blocks_updates(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    topo = topologies["2s-2n-16c-2t"]
+    rm = ResourceManager(topo, relay_dir=tmp_path, fallback_config=validate_config_text(STATIC),
+                         force_config=validate_config_text(TA), cache_fsync=False)
+    assert rm.policy.name == "topology-aware" and rm.config_source == "force-config"
+    with pytest.raises(ConfigError, match="forced config"):
+        rm.set_config(validate_config_text(TA))
+
+
+def test_from_options_reads_files(sysfs_roots: dict[str, Path], tmp_path: Path) -> None:
+    fallback = tmp_path / "fallback.cfg"
+    fallback.write_text(TA)
+    rm = ResourceManager.from_options(relay_dir=tmp_path / "state", fallback_config=str(fallback),
+                                      sysfs_root=str(sysfs_roots["8numa-256"]))
+    assert rm.policy.name == "topology-aware" and len(rm.topology.cpus) == 256
+    fallback.write_text("policy:\n  Active: static\n  AvailableResources:\n    cpu: cpuset:0-999\n")
+    with pytest.raises(ConfigError) as info:
+        ResourceManager.from_options(relay_dir=tmp_path / "state2", fallback_config=str(fallback),
+                                     sysfs_root=str(sysfs_roots["8numa-256"]))
+    assert info.value.field == "policy.AvailableResources.cpu"
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        ResourceManager.from_options(relay_dir=tmp_path / "s3", fallback_config=str(tmp_path / "missing.cfg"))
+
+
+def test_cache_is_versioned_atomic_and_resettable(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, STATIC)
+    d.create(d.run_pod("g", qos="guaranteed"), "c", 2000)
+    import json
+
+    raw = json.loads((tmp_path / "cache").read_text())
+    assert raw["version"] == CACHE_VERSION and raw["policy"] == "static" and raw["policy_data"]["grants"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".cache-")]
+    sock_path = tmp_path / "relay.sock"
+    live = socket.socket(socket.AF_UNIX)
+    live.bind(str(sock_path))
+    live.listen(1)
+    try:
+        with pytest.raises(CacheError, match="live"):
+            reset_cache(tmp_path, policy=True, config=False, relay_socket=sock_path)
+    finally:
+        live.close()
+    assert reset_cache(tmp_path, policy=True, config=True, relay_socket=sock_path) == ["policy data",
+                                                                                        "cached config"]
+    data = Cache(tmp_path).load()
+    assert data.policy is None and data.policy_data == {} and data.config is None and data.containers
+    # A corrupt cache is set aside, not fatal.
+    (tmp_path / "cache").write_text("{not json")
+    assert Cache(tmp_path).load().containers == {}
+    assert (tmp_path / "cache.corrupt").exists()
+    (tmp_path / "cache").write_text('{"version": 99}')
+    assert Cache(tmp_path).load().pods == {}
+
+
+def test_remove_pod_releases_everything(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, TA)
+    pod = d.run_pod("g", qos="guaranteed")
+    d.create(pod, "a", 2000)
+    d.create(pod, "b", 3000)
+    d.remove_pod(pod)
+    assert d.rm.placements() == {} and not d.rm.policy.exclusive_sets()
+    assert Cache(tmp_path).load().pods == {}
+    _ = api_pb2  # keep the import visible for readers: requests are real CRI messages
