@@ -20,16 +20,16 @@ FINALIZER = "extensions.gardener.cloud/cri-resmgr-extension"
 
 
 class Operator:
-    """One operator process watching the namespaces that match ``pattern``."""
+    """One operator process watching the namespaces that match ``pattern`` (None: cluster-wide)."""
 
-    def __init__(self, seed_api: Any, tools: Any, workdir: Path, pattern: str, *,
+    def __init__(self, seed_api: Any, tools: Any, workdir: Path, pattern: str | None, *,
                  configmap_namespace: str | None = None, extra_args: list[str] | None = None,
                  env: dict[str, str] | None = None, name: str = "operator") -> None:
         self.seed_api = seed_api
         self.workdir = workdir
         self.name = name
         self.args = [sys.executable, "-m", "extension.cli", "--kubeconfig", seed_api.kubeconfig,
-                     "--helm", tools.helm, "--namespace", pattern, "--log-format", "json",
+                     "--helm", tools.helm, *(["--namespace", pattern] if pattern else []), "--log-format", "json",
                      "--health-interval", "1", "--heartbeat-interval", "1", "--poll-interval", "0.5",
                      "--retry-delay-min", "0.5", "--retry-delay-max", "2", "--max-concurrent-reconciles", "4",
                      "--log-level", os.environ.get("EXTENSION_TEST_LOG_LEVEL", "info"),

@@ -117,7 +117,8 @@ def test_migrate_keeps_objects_then_restore_redeploys(seed, operator):
     seed.create_extension(ns, None)
     wait_for(lambda: succeeded(seed, ns), "reconcile", operator=operator)
     # A finalizer like gardener-resource-manager's lets us see keepObjects before the MR goes.
-    seed.patch_managed_resource(ns, {"metadata": {"finalizers": ["resources.gardener.cloud/gardener-resource-manager"]}})
+    grm_finalizer = "resources.gardener.cloud/gardener-resource-manager"
+    seed.patch_managed_resource(ns, {"metadata": {"finalizers": [grm_finalizer]}})
 
     seed.annotate(ns, "migrate")
     mr = wait_for(lambda: (m := seed.managed_resource(ns)) and m["metadata"].get("deletionTimestamp") and m,
