@@ -35,18 +35,21 @@ def summary(specs: dict[str, str]) -> dict[str, int]:
 
 
 def test_critest_parity(tools, containerd):
+    """Both transports (splice, the default, and grpc) must match critest run directly."""
     workdir = Path(tempfile.mkdtemp(prefix="critest-", dir="/tmp"))
     direct = run_critest(tools.critest, containerd.endpoint, workdir, "direct")
     containerd.remove_all()
-    relay = RelayProcess(workdir / "relay", containerd.socket).start()
-    try:
-        relayed = run_critest(tools.critest, relay.endpoint, workdir, "relay")
-    finally:
-        relay.stop()
-        containerd.remove_all()
-    print(f"critest direct: {summary(direct)}; through the relay: {summary(relayed)}")
     assert direct, "critest ran no specs"
     assert summary(direct).get("passed", 0) > 0, "critest passed nothing directly; the runtime setup is broken"
-    differences = {k: (direct.get(k), relayed.get(k)) for k in direct.keys() | relayed.keys()
-                   if direct.get(k) != relayed.get(k)}
-    assert not differences, f"critest results differ (direct, relay): {json.dumps(differences, indent=1)}"
+    print(f"\ncritest direct: {summary(direct)}")
+    for transport in ("splice", "grpc"):
+        relay = RelayProcess(workdir / transport, containerd.socket, args=["--transport", transport]).start()
+        try:
+            relayed = run_critest(tools.critest, relay.endpoint, workdir, transport)
+        finally:
+            relay.stop()
+            containerd.remove_all()
+        print(f"critest through the relay ({transport}): {summary(relayed)}")
+        differences = {k: (direct.get(k), relayed.get(k)) for k in direct.keys() | relayed.keys()
+                       if direct.get(k) != relayed.get(k)}
+        assert not differences, f"critest results differ (direct, {transport}): {json.dumps(differences, indent=1)}"
