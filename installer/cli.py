@@ -120,20 +120,23 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
     sup_settings = SupervisorSettings(interval_s=args.check_interval, relay_timeout_s=args.relay_timeout,
                                       recover_after_s=args.recover_after, restart_backoff_s=args.restart_backoff,
                                       max_fallbacks=args.max_fallbacks)
+    def report(ready: bool, reason: str) -> None:
+        readiness.write_ready(args.ready_file, ready, reason, "install")
+
     supervisor: Supervisor | None = None
     converged = False
     retry = args.check_interval
     while not stop.is_set():
         if not converged:
             try:
-                report = installer.install(read_config_dir(args.config_dir))
+                result = installer.install(read_config_dir(args.config_dir))
                 converged = True
-                reason = (f"installed: kubelet ({report.kubelet_layout} layout) uses the relay, which forwards "
-                          f"to {report.runtime_endpoint}")
+                reason = (f"installed: kubelet ({result.kubelet_layout} layout) uses the relay, which forwards "
+                          f"to {result.runtime_endpoint}")
                 readiness.write_ready(args.ready_file, True, reason, "install")
                 if args.once:
                     return 0
-                supervisor = Supervisor(installer, sup_settings)
+                supervisor = Supervisor(installer, sup_settings, report)
             except Exception as exc:  # every failure becomes not-ready with its reason, then a retry
                 log.error("install failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
                 readiness.write_ready(args.ready_file, False, f"install failed: {exc}", "install")
@@ -141,7 +144,7 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
                     return 1
                 # A node installed by an earlier rollout stays supervised while this one cannot apply.
                 if supervisor is None and installer._journal().get(PHASE) == "installed":
-                    supervisor = Supervisor(installer, sup_settings)
+                    supervisor = Supervisor(installer, sup_settings, report)
                 if supervisor is not None:
                     _supervise(supervisor, args, ready_override=f"install failed: {exc}")
                 stop.wait(retry)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import grpc
 from cri_api.v1 import api_pb2, api_pb2_grpc
@@ -56,8 +57,13 @@ def cri_version(host: Host, endpoint: str, timeout: float = 2.0) -> str:
     return f"{resp.runtime_name} {resp.runtime_version}"
 
 
-def wait_cri(host: Host, endpoint: str, timeout: float, interval: float = 0.3) -> str:
-    """Poll CRI Version until it answers or ``timeout`` passes (then CriUnavailable with the last error)."""
+def wait_cri(host: Host, endpoint: str, timeout: float, interval: float = 0.3,
+             give_up: Callable[[], str | None] = lambda: None) -> str:
+    """Poll CRI Version until it answers or ``timeout`` passes (then CriUnavailable with the last error).
+
+    ``give_up`` is asked between attempts; a non-empty answer (say, "the unit has exited") ends
+    the wait early with that reason.
+    """
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -65,4 +71,7 @@ def wait_cri(host: Host, endpoint: str, timeout: float, interval: float = 0.3) -
         except CriUnavailable as exc:
             if time.monotonic() >= deadline:
                 raise CriUnavailable(f"{endpoint} did not answer CRI Version within {timeout:g}s: {exc}") from exc
+            reason = give_up()
+            if reason:
+                raise CriUnavailable(f"{endpoint} did not answer CRI Version: {reason}") from exc
         time.sleep(interval)

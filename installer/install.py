@@ -209,7 +209,8 @@ class NodeInstaller:
 
         # 5. Only a relay that answers CRI Version gets kubelet.
         try:
-            version = wait_cri(self.host, node_files.RELAY_ENDPOINT, self.settings.relay_wait_s)
+            version = wait_cri(self.host, node_files.RELAY_ENDPOINT, self.settings.relay_wait_s,
+                               give_up=self._relay_unit_gone)
         except CriUnavailable as exc:
             raise InstallError(f"{exc}; kubelet stays on {runtime}") from exc
         log.info("relay answers CRI Version: %s", version, extra={"endpoint": node_files.RELAY_ENDPOINT})
@@ -225,6 +226,15 @@ class NodeInstaller:
                         "kubelet_restarted": kubelet_changed[1]})
         return InstallReport(changed, restarted, kubelet_changed[1], journal.get(KUBELET_LAYOUT, ""),
                              runtime, version)
+
+    def _relay_unit_gone(self) -> str | None:
+        """Why waiting for the relay is pointless (its unit stopped or failed), with its last log lines."""
+        state = systemd.is_active(self.host, node_files.UNIT)
+        if state not in ("inactive", "failed"):
+            return None
+        logs = self.host.run(["journalctl", "-u", node_files.UNIT, "-n", "5", "--no-pager", "-o", "cat"],
+                             check=False).stdout.strip().replace("\n", " | ")
+        return f"{node_files.UNIT} is {state}; its last log lines: {logs or '(none)'}"
 
     def point_kubelet_at_relay(self, journal: Journal | None = None) -> tuple[list[str], bool]:
         """Repoint kubelet (if needed) and verify. Returns (files changed, kubelet restarted)."""

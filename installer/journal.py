@@ -179,8 +179,8 @@ class Journal:
         if mode is None:
             mode = rec.orig_mode if rec.orig_mode is not None else 0o644
         if current == new_sha:
-            if new_sha not in rec.ours:
-                rec.ours.append(new_sha)
+            if rec.ours != [new_sha]:
+                rec.ours = [new_sha]
                 self.save()
             if self.host.mode(node_path) != mode:
                 os.chmod(self.host.path(node_path), mode)
@@ -197,6 +197,9 @@ class Journal:
             self.host.copy_atomic(source, node_path, new_sha, mode)
         else:
             self.host.write_atomic(node_path, data, mode)
+        # Written: earlier contents of ours can no longer be found in the file.
+        rec.ours = [new_sha]
+        self.save()
         log.info("wrote %s", node_path,
                  extra={"path": node_path, "sha256": new_sha, "previous_sha256": current, "change": "write"})
         return True

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from installer import node_files, systemd
@@ -106,9 +107,11 @@ def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSett
 
 
 class Supervisor:
-    def __init__(self, installer: NodeInstaller, settings: SupervisorSettings) -> None:
+    def __init__(self, installer: NodeInstaller, settings: SupervisorSettings,
+                 report: Callable[[bool, str], None] = lambda ready, reason: None) -> None:
         self.installer = installer
         self.settings = settings
+        self.report = report  # readiness, told before an action starts (a fallback takes seconds)
         target = installer._journal().get(KUBELET_TARGET, "relay")
         self.state = SupervisorState(on_relay=target == "relay", last_answer=time.monotonic())
 
@@ -131,6 +134,7 @@ class Supervisor:
             log.debug(decision.reason)
             return decision
         log.warning("supervisor: %s", decision.reason, extra={"action": decision.action})
+        self.report(decision.ready, decision.reason)
         if decision.action == "fallback":
             self.installer.point_kubelet_at_runtime(decision.reason)
             self.state.on_relay = False

@@ -189,7 +189,7 @@ def write_launcher(directory: Path) -> Path:
     """The cri-resmgr executable handed to the installer until the single-file build exists."""
     path = directory / "cri-resmgr"
     path.write_text(f'#!/bin/sh\n# cri-resmgr launcher for test nodes: the relay from {REPO}\n'
-                    f'exec {PYTHON} -m resmgr.cli "$@"\n')
+                    f'exec {Path(sys.prefix) / "bin" / "cri-resmgr"} "$@"\n')
     path.chmod(0o755)
     return path
 

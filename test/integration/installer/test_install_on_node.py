@@ -1,0 +1,50 @@
+"""cri-resmgr-installer on a real systemd node (systemd-nspawn) with containerd and each kubelet layout."""
+
+from __future__ import annotations
+
+import pytest
+from integration.installer.installer_node import LAYOUTS, snapshot
+from integration.installer.node_checks import (
+    crictl_via_relay,
+    kubelet_endpoint,
+    kubelet_on_relay,
+    kubelet_on_runtime,
+    unit_loaded,
+    unit_state,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_install_twice_then_uninstall_restores_everything(installer_node, tools, layout: str) -> None:
+    n = installer_node(layout)
+    node = n.node
+    before = snapshot(node)
+
+    n.install()
+    assert unit_state(node) == "active"
+    version = crictl_via_relay(tools.crictl, node, "version")
+    assert version.returncode == 0 and "RuntimeName:  containerd" in version.stdout, version.stderr
+    pods = crictl_via_relay(tools.crictl, node, "pods", "-q")
+    assert pods.returncode == 0, pods.stderr
+    assert kubelet_on_relay(node), kubelet_endpoint(node)
+    installed = snapshot(node)
+    assert installed["/opt/cri-resmgr/bin/cri-resmgr"] == n.binary.read_bytes()
+    assert b"--metrics-address=off" in installed["/etc/cri-resmgr/extra-options.env"]
+
+    second = n.install()
+    assert snapshot(node) == installed
+    assert "not restarting it" in second.stderr and "kubelet already runs against the relay" in second.stderr
+    assert "install complete: 0 change(s)" in second.stderr
+
+    n.uninstall()
+    assert kubelet_on_runtime(node), kubelet_endpoint(node)
+    assert not unit_loaded(node)
+    after = snapshot(node)
+    assert after.keys() == before.keys(), (sorted(after.keys() - before.keys()), sorted(before.keys() - after.keys()))
+    for path in LAYOUTS[layout].files:
+        assert after[path] == before[path], f"{path} not restored byte for byte"
+    assert after == before
+    # Uninstall again on a clean node is a no-op that still succeeds.
+    assert "nothing to uninstall" in n.uninstall().stderr

@@ -1,0 +1,145 @@
+"""Crash convergence and supervision of cri-resmgr on a real systemd node."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from integration.installer.installer_node import LAYOUTS, snapshot, wait_for
+from integration.installer.node_checks import kubelet_endpoint, kubelet_on_relay, kubelet_on_runtime, unit_state
+
+from installer.failpoints import ENV as FAILPOINT_ENV
+from installer.failpoints import INSTALL_FAILPOINTS
+
+pytestmark = pytest.mark.integration
+
+JOURNAL_STATE = "/var/lib/cri-resmgr-installer/state.json"
+
+
+def test_kill_at_each_install_step_then_rerun_converges(installer_node) -> None:
+    n = installer_node("gardener")
+    clean = snapshot(n.node)
+    n.install()
+    reference = snapshot(n.node)
+    n.uninstall()
+    assert snapshot(n.node) == clean
+    for point in INSTALL_FAILPOINTS:
+        crashed = n.install(env={FAILPOINT_ENV: point}, expect_rc=-signal.SIGKILL)
+        assert f"failpoint {point} reached" in crashed.stderr
+        n.install()
+        converged = snapshot(n.node)
+        assert converged.keys() == reference.keys(), point
+        diff = [p for p in reference if converged[p] != reference[p]]
+        assert diff == [], f"after a kill at {point}, these differ from a clean install: {diff}"
+        assert unit_state(n.node) == "active" and kubelet_on_relay(n.node), (point, kubelet_endpoint(n.node))
+        n.uninstall()
+        assert snapshot(n.node) == clean, f"uninstall after a kill at {point} left the node changed"
+
+
+def test_relay_dead_for_good_sends_kubelet_back_to_containerd_and_recovers(installer_node, tmp_path) -> None:
+    n = installer_node("gardener")
+    kill_switch = "/run/cri-resmgr-test-kill-switch"
+    # The launcher refuses to start while the kill switch exists: cri-resmgr is dead for good.
+    n.binary.write_text(n.binary.read_text().replace(
+        "exec ", f"[ -e {kill_switch} ] && {{ echo 'test kill switch set' >&2; exit 1; }}\nexec ", 1))
+    log_path = tmp_path / "supervisor.log"
+    relay_timeout = 10
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(n.supervise_argv("--check-interval", "1", "--relay-timeout", str(relay_timeout),
+                                                 "--recover-after", "3", "--restart-backoff", "5"),
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: probe(n) == 0, "the installer to report ready", timeout=90)
+        assert kubelet_on_relay(n.node)
+
+        n.node.write_file(kill_switch, "")
+        n.node.run("kill -9 $(systemctl show --property=MainPID --value cri-resource-manager.service)")
+        killed = time.monotonic()
+        # Stated bound: the relay timeout (or the unit failing, whichever is first) plus a check
+        # interval and a kubelet restart; the margin is for a loaded 2-core machine.
+        wait_for(lambda: kubelet_on_runtime(n.node), "kubelet back on containerd", timeout=relay_timeout + 50)
+        took = time.monotonic() - killed
+        out = log_path.read_text()
+        assert "pointing kubelet back at unix:///run/containerd/containerd.sock" in out
+        assert probe(n) == 1
+        reason = subprocess.run(n.supervise_argv("probe"), capture_output=True, text=True).stdout
+        assert "not ready" in reason and ("fallback" in reason or "failed" in reason), reason
+        print(f"kubelet on containerd {took:.1f}s after cri-resmgr was killed for good")
+
+        n.node.run(["rm", "-f", kill_switch])
+        wait_for(lambda: kubelet_on_relay(n.node) and probe(n) == 0, "kubelet back on the relay", timeout=90)
+        assert "pointing kubelet at it again" in log_path.read_text()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+    # SIGTERM stops the installer and leaves the node alone: still installed, kubelet on the relay.
+    assert rc == 0
+    assert "the node is left as it is" in log_path.read_text()
+    assert unit_state(n.node) == "active" and kubelet_on_relay(n.node)
+    n.node.run(["rm", "-f", kill_switch])
+    n.uninstall()
+    assert kubelet_on_runtime(n.node)
+
+
+def probe(n) -> int:
+    return subprocess.run(n.supervise_argv("probe"), capture_output=True, text=True).returncode
+
+
+def test_gardener_node_agent_rewriting_kubelet_service_keeps_the_relay(installer_node) -> None:
+    n = installer_node("gardener")
+    n.install()
+    unit = "/etc/systemd/system/kubelet.service"
+    # gardener-node-agent writes the unit afresh (here: a kubelet upgrade), reloads and restarts kubelet.
+    rewritten = LAYOUTS["gardener"].files[unit].replace("kubernetes-version=1.31.1", "kubernetes-version=1.31.2")
+    n.node.write_file(unit, rewritten)
+    n.node.systemctl("daemon-reload")
+    n.node.systemctl("restart", "kubelet.service")
+    wait_for(lambda: kubelet_on_relay(n.node), "kubelet to come back on the relay", timeout=30)
+    # A re-run has nothing to repair, and uninstall leaves the agent's new unit alone.
+    assert "install complete: 0 change(s)" in n.install().stderr
+    n.uninstall()
+    assert n.node.read_file(unit) == rewritten.encode()
+    assert kubelet_on_runtime(n.node)
+
+
+def test_static_config_rollout_reapplies_only_what_changed(installer_node) -> None:
+    n = installer_node("config")
+    n.install()
+    installed = snapshot(n.node)
+    fallback = "policy:\n  Active: topology-aware\n  ReservedResources:\n    CPU: 750m\n"
+
+    n.set_config(fallback_cfg=fallback)
+    r = n.install()
+    assert "/etc/cri-resmgr/fallback.cfg" in r.stderr and "(re)starting cri-resource-manager.service" in r.stderr
+    assert "kubelet already runs against the relay; not restarting it" in r.stderr
+    assert n.node.read_file("/etc/cri-resmgr/fallback.cfg") == fallback.encode()
+    assert b"--fallback-config=/etc/cri-resmgr/fallback.cfg" in n.node.read_file("/etc/default/cri-resource-manager")
+
+    # The same rollout again: nothing to do, nothing restarted.
+    r = n.install()
+    assert "install complete: 0 change(s)" in r.stderr and "not restarting it" in r.stderr
+
+    # force.cfg replaces the fallback config: the fallback file goes away.
+    n.set_config(fallback_cfg=None, force_cfg=fallback)
+    n.install()
+    assert not n.node.exists("/etc/cri-resmgr/fallback.cfg")
+    assert b"--force-config=/etc/cri-resmgr/force.cfg" in n.node.read_file("/etc/default/cri-resource-manager")
+    good = snapshot(n.node)
+
+    # Bad input: rejected with a clear error, and nothing on the node changes.
+    for key, value, message in (("EXTRA_OPTIONS", "--metrics-address=off --bogus-flag", "unknown cri-resmgr flag"),
+                                ("force_cfg", "policy:\n  Active: nonsense\n", "force.cfg")):
+        saved = (n.config_dir / key.replace("_cfg", ".cfg")).read_text()
+        n.set_config(**{key: value})
+        r = n.install(expect_rc=1)
+        assert message in r.stderr
+        assert probe(n) == 1
+        assert snapshot(n.node) == good
+        n.set_config(**{key: saved})
+    n.set_config(force_cfg=None)
+    n.install()
+    assert snapshot(n.node) == installed
+    n.uninstall()
