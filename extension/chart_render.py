@@ -24,6 +24,10 @@ class RenderError(RuntimeError):
 
 def find_helm(explicit: str | None = None) -> str:
     """helm from --helm, $HELM, PATH, or the dev cache; fail with a hint otherwise."""
+    if explicit:
+        if os.access(explicit, os.X_OK):
+            return explicit
+        raise RenderError(f"helm not found at {explicit} (--helm)")
     candidates = [explicit, os.environ.get("HELM"), shutil.which("helm"),
                   str(Path(os.environ.get("CRI_RESMGR_DEV_CACHE", Path.home() / ".cache/cri-resmgr-dev"))
                       / "bin/helm")]

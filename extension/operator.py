@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
 import kopf
@@ -18,7 +19,11 @@ from extension.kube import Apis, load_api_client
 
 def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Path,
         log: logging.Logger) -> int:
-    api_client = load_api_client(args.kubeconfig, pool_size=args.max_concurrent_reconciles + 8)
+    try:
+        api_client = load_api_client(args.kubeconfig, pool_size=args.max_concurrent_reconciles + 8)
+    except Exception as err:  # no or broken kubeconfig: say so instead of a traceback
+        sys.stderr.write(f"gardener-extension-cri-resmgr: cannot load Kubernetes credentials: {err}\n")
+        return 2
     apis = Apis(api_client)
     actuator = Actuator(apis, ActuatorSettings(
         chart_dir=chart_dir, images_file=images_file, helm=helm,

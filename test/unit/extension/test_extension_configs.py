@@ -1,0 +1,115 @@
+"""Config merging, validation with cri-resmgr's schema, and the static/dynamic split."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from extension.configs import classify, merge_configs, validate_and_split
+from extension.errors import ConfigurationError
+from extension.provider_config import check_worker_pools, parse_provider_config
+
+
+def test_shoot_wins_per_key():
+    merged = merge_configs({"default": "a", "fallback": "b"}, {"default": "c", "node.n1": "d"})
+    assert merged == {"default": "c", "fallback": "b", "node.n1": "d"}
+
+
+@pytest.mark.parametrize("name,kind", [("fallback", "static"), ("force", "static"), ("EXTRA_OPTIONS", "static"),
+                                       ("default", "dynamic"), ("node.worker-1", "dynamic"),
+                                       ("group.db.nodes", "dynamic")])
+def test_classify(name, kind):
+    assert classify(name, where="x") == kind
+
+
+@pytest.mark.parametrize("name", ["Default", "node.", "node.UPPER", "group.a_b", "policy", "node"])
+def test_classify_rejects_unknown_or_bad_names(name):
+    with pytest.raises(ConfigurationError) as e:
+        classify(name, where=f"configs.{name}")
+    assert e.value.field == f"configs.{name}"
+
+
+def test_split_keeps_static_text_and_sections_dynamic():
+    split = validate_and_split({
+        "fallback": "policy:\n  Active: none\n",
+        "EXTRA_OPTIONS": "--metrics-interval=10s",
+        "default": "policy:\n  Active: topology-aware\n  ReservedResources:\n    CPU: 750m\nlogger:\n  Debug: policy\n",
+    })
+    assert split.static == {"fallback": "policy:\n  Active: none\n", "EXTRA_OPTIONS": "--metrics-interval=10s"}
+    assert set(split.dynamic["default"]) == {"policy", "logger"}
+    # Each section value is that section's YAML, as written (not normalised).
+    assert yaml.safe_load(split.dynamic["default"]["policy"]) == {
+        "Active": "topology-aware", "ReservedResources": {"CPU": "750m"}}
+
+
+@pytest.mark.parametrize("text,field_part", [
+    ("policy:\n  Active: nosuchpolicy\n", "policy.Active"),
+    ("policy: [\n", "configs.default"),
+    ("policy:\n  Active: balloons\n  balloons:\n    BalloonTypes:\n      - Name: x\n        MinCPUs: -1\n",
+     "MinCPUs"),
+])
+def test_invalid_configs_name_the_field(text, field_part):
+    with pytest.raises(ConfigurationError) as e:
+        validate_and_split({"default": text}, origins={"default": "providerConfig.configs"})
+    assert field_part in e.value.field or field_part in str(e.value)
+    assert str(e.value).startswith("providerConfig.configs.default")
+
+
+def test_origin_names_the_operator_configmap():
+    with pytest.raises(ConfigurationError) as e:
+        validate_and_split({"force": "policy:\n  Active: bogus\n"}, origins={"force": "configmap garden/x"})
+    assert str(e.value).startswith("configmap garden/x.force")
+
+
+def test_oversized_config_is_rejected():
+    from resmgr.config import MAX_CONFIG_BYTES
+
+    text = "policy:\n  Active: none\n#" + "x" * MAX_CONFIG_BYTES
+    with pytest.raises(ConfigurationError, match="over the limit"):
+        validate_and_split({"default": text})
+
+
+def test_empty_dynamic_config_is_rejected():
+    with pytest.raises(ConfigurationError, match="empty"):
+        validate_and_split({"node.n1": ""})
+
+
+@pytest.mark.parametrize("value", ["foo --bar", "--x 'unterminated"])
+def test_extra_options_shape(value):
+    with pytest.raises(ConfigurationError) as e:
+        validate_and_split({"EXTRA_OPTIONS": value})
+    assert e.value.field == "configs.EXTRA_OPTIONS"
+
+
+def test_provider_config_parsing():
+    pc = parse_provider_config({"apiVersion": "cri-resmgr.extensions.gardener.cloud/v1alpha1",
+                                "kind": "CriResMgrConfig", "configs": {"default": "policy: {}"},
+                                "nodeSelector": {"example.com/x": "y"}, "workerPools": ["a", "b"]})
+    assert pc.configs == {"default": "policy: {}"}
+    assert pc.node_selector == {"example.com/x": "y"}
+    assert pc.worker_pools == ("a", "b")
+    assert parse_provider_config(None).configs == {}
+
+
+@pytest.mark.parametrize("raw,field", [
+    ("text", "providerConfig"),
+    ({"configz": {}}, "providerConfig.configz"),
+    ({"kind": "Other"}, "providerConfig.kind"),
+    ({"configs": {"default": 3}}, "providerConfig.configs.default"),
+    ({"configs": ["x"]}, "providerConfig.configs"),
+    ({"nodeSelector": {"bad key!": "v"}}, "providerConfig.nodeSelector"),
+    ({"nodeSelector": {"k": "bad value!"}}, "providerConfig.nodeSelector.k"),
+    ({"workerPools": "a"}, "providerConfig.workerPools"),
+    ({"workerPools": ["a", "a"]}, "providerConfig.workerPools"),
+])
+def test_provider_config_errors_name_the_field(raw, field):
+    with pytest.raises(ConfigurationError) as e:
+        parse_provider_config(raw)
+    assert e.value.field == field
+
+
+def test_unknown_worker_pool():
+    check_worker_pools(("a",), ["a", "b"])
+    with pytest.raises(ConfigurationError) as e:
+        check_worker_pools(("a", "c"), ["a", "b"])
+    assert e.value.field == "providerConfig.workerPools[1]" and "'c'" in str(e.value)
