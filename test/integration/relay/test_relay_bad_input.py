@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from pathlib import Path
 
@@ -188,4 +189,22 @@ def test_fuzz_intercepted_methods_against_real_runtime(containerd, relay_ep, met
     direct = raw_call(containerd.endpoint, RUNTIME + method, payload)
     relayed = raw_call(ep, RUNTIME + method, payload)
     assert relayed[0] == direct[0]
+    assert version_ok(ep)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(junk=st.binary(min_size=1, max_size=512), with_preface=st.booleans())
+def test_garbage_on_the_socket_does_not_hurt_the_relay(relay_ep, junk, with_preface):
+    relay, ep = relay_ep
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" if with_preface else b""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect(relay.relay_socket)
+        try:
+            sock.sendall(preface + junk)
+            sock.shutdown(socket.SHUT_WR)
+            while sock.recv(65536):
+                pass
+        except OSError:
+            pass  # the runtime (or relay) hanging up on garbage is the right answer
     assert version_ok(ep)

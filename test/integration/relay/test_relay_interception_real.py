@@ -96,3 +96,38 @@ def test_startup_sync_sees_existing_pods(containerd, inproc_relay, tmp_path):
     assert relay.snapshot is not None and len(relay.snapshot.pods) == len(pods)
     info = json.loads(containerd.crictl("inspectp", pod_id, endpoint=relay.endpoint).stdout)
     assert info["status"]["id"] == pod_id
+
+
+def test_rewritten_requests_keep_flow_control_in_step(containerd, inproc_relay, tmp_path):
+    """A hook that grows requests a lot, many times on ONE connection (as kubelet uses), must not break it."""
+    import grpc
+    from cri_api.v1 import api_pb2_grpc
+
+    class Growing(NoopHook):
+        def before(self, method, request):
+            if method == "CreateContainer":
+                request.config.annotations["padding"] = "x" * 40000
+                return HookResult(request=request)
+            return HookResult()
+
+    relay = inproc_relay(Growing())
+    pod_cfg = make_pod_config("grow")
+    with grpc.insecure_channel(relay.endpoint) as channel:
+        stub = api_pb2_grpc.RuntimeServiceStub(channel)
+        config = api_pb2.PodSandboxConfig()
+        config.metadata.name, config.metadata.namespace = "grow", "default"
+        config.metadata.uid = pod_cfg["metadata"]["uid"]
+        config.linux.cgroup_parent = pod_cfg["linux"]["cgroup_parent"]
+        pod_id = stub.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=config), timeout=60).pod_sandbox_id
+        ids = []
+        for i in range(6):  # 6 x 40 KB is well past HTTP/2's 64 KB initial window
+            request = api_pb2.CreateContainerRequest(pod_sandbox_id=pod_id, sandbox_config=config)
+            request.config.metadata.name = f"c{i}"
+            request.config.image.image = containerd.busybox_image
+            request.config.command.extend(["sleep", "60"])
+            ids.append(stub.CreateContainer(request, timeout=60).container_id)
+            stub.ListContainers(api_pb2.ListContainersRequest(), timeout=30)
+        status = stub.ContainerStatus(api_pb2.ContainerStatusRequest(container_id=ids[-1], verbose=True),
+                                      timeout=30)
+        assert len(status.status.annotations["padding"]) == 40000
+        assert len({c.id for c in stub.ListContainers(api_pb2.ListContainersRequest()).containers} & set(ids)) == 6
