@@ -40,7 +40,8 @@ test-integration: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 
-bench-%: venv
+# Static pattern rule: make never applies implicit (%) rules to .PHONY targets.
+bench-relay bench-policy bench-install bench-extension: bench-%: venv
 	$(PY) -m pytest -s -p no:cacheprovider -o addopts="" test/bench/bench_$*.py
 
 clean:
