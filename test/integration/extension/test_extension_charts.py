@@ -1,0 +1,150 @@
+"""Both charts pass helm lint, render without the Go chart's defects, and a real kube-apiserver
+accepts everything they render (server-side dry run with strict field validation)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[3]
+EXT_CHART = REPO / "charts" / "gardener-extension-cri-resmgr"
+INSTALL_CHART = REPO / "charts" / "internal" / "cri-resmgr-installation"
+
+
+class StrictLoader(yaml.SafeLoader):
+    """Duplicate keys (the Go chart's double readinessProbe) are errors."""
+
+
+def _no_duplicates(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        assert key not in seen, f"duplicate key {key!r} at {key_node.start_mark}"
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def helm(tools, *args, values=None):
+    r = subprocess.run([tools.helm, *args, *(["--values", "-"] if values is not None else [])],
+                       input=json.dumps(values) if values is not None else None,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+INSTALL_VALUES = {
+    "images": {"installer": "reg/installer:v1", "agent": "reg/agent:v1"},
+    "configs": {"static": {"fallback": "policy:\n  Active: none\n", "force": "policy:\n  Active: static\n",
+                           "EXTRA_OPTIONS": "--metrics-interval=10s"},
+                "dynamic": {"default": {"policy": "Active: topology-aware\n"},
+                            "node.worker-1": {"policy": "Active: balloons\n"},
+                            "group.db": {"policy": "Active: static\n", "logger": "Debug: policy\n"}}},
+    "nodeSelector": {"example.com/x": "y"},
+    "workerPools": ["a", "b"],
+}
+
+EXT_VALUES = {
+    "configs": {"default": "policy:\n  Active: topology-aware\n", "fallback": "policy:\n  Active: none\n"},
+    "imageVectorOverwrite": "images:\n- name: gardener-extension-cri-resmgr-agent\n  repository: r/a\n  tag: v2\n",
+    "controller": {"ignoreOperationAnnotation": True},
+}
+
+
+def walk(obj):
+    if isinstance(obj, dict):
+        yield obj
+        for v in obj.values():
+            yield from walk(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from walk(v)
+
+
+def check_no_go_chart_defects(docs):
+    for doc in docs:
+        for node in walk(doc):
+            assert "periodseconds" not in node
+            sc = node.get("securityContext")
+            if isinstance(sc, dict):
+                assert "resources" not in sc
+            for mount in node.get("volumeMounts", []) or []:
+                assert set(mount) <= {"name", "mountPath", "readOnly", "mountPropagation", "subPath",
+                                      "subPathExpr", "recursiveReadOnly"}, mount
+
+
+@pytest.mark.parametrize("chart", [EXT_CHART, INSTALL_CHART], ids=["extension", "installation"])
+def test_helm_lint(tools, chart):
+    out = helm(tools, "lint", "--strict", str(chart))
+    assert "0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize("mode", ["install", "uninstall"])
+def test_installation_chart_renders_and_the_api_accepts_it(tools, seed_api, mode):
+    text = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
+                values={**INSTALL_VALUES, "installer": {"mode": mode}})
+    docs = [d for d in yaml.load_all(text, Loader=StrictLoader) if d]
+    check_no_go_chart_defects(docs)
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("DaemonSet", "cri-resmgr-installer") in kinds
+    assert (("DaemonSet", "cri-resmgr-agent") in kinds) is (mode == "install")
+    assert ("ConfigMap", "cri-resmgr-config.group.db") in kinds
+    assert ("CustomResourceDefinition", "adjustments.criresmgr.intel.com") in kinds
+    for d in docs:
+        if d["kind"] == "DaemonSet":
+            pod = d["spec"]["template"]
+            assert pod["metadata"]["labels"]["node.gardener.cloud/critical-component"] == "true"
+            assert pod["spec"]["priorityClassName"].startswith("gardener-shoot-system-")
+            assert {"effect": "NoExecute", "operator": "Exists"} in pod["spec"]["tolerations"]
+            probes = [c.get("readinessProbe") for c in pod["spec"]["containers"]]
+            assert all(probes)
+    r = seed_api.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=text)
+    assert r.stdout.count("(server dry run)") == len(docs)
+
+
+def test_extension_chart_renders_and_the_api_accepts_it(tools, seed_api):
+    ns = seed_api.create_shoot_namespace("garden-chart-test")
+    text = helm(tools, "template", "gardener-extension-cri-resmgr", str(EXT_CHART), "--namespace", ns,
+                values=EXT_VALUES)
+    docs = [d for d in yaml.load_all(text, Loader=StrictLoader) if d]
+    check_no_go_chart_defects(docs)
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    cm = by[("ConfigMap", "gardener-extension-cri-resmgr-configs")]
+    assert cm["data"] == EXT_VALUES["configs"]
+    assert ("ConfigMap", "gardener-extension-cri-resmgr-imagevector-overwrite") in by
+    deploy = by[("Deployment", "gardener-extension-cri-resmgr")]
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert "--ignore-operation-annotation" in container["command"]
+    assert "--heartbeat-interval=30" in container["command"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["EXTENSION_CONFIGMAP_NAMESPACE"]["value"] == ns
+    assert env["IMAGEVECTOR_OVERWRITE"]["value"] == "/charts_overwrite/images_overwrite.yaml"
+    assert ("PriorityClass", "gardener-extension-cri-resmgr") in by
+    # The ClusterKopfPeering CRD must exist before the dry run can accept objects of it; apply CRDs first.
+    crds = "\n---\n".join(yaml.safe_dump(d) for d in docs if d["kind"] == "CustomResourceDefinition")
+    seed_api.kubectl("apply", "--server-side", "-f", "-", input=crds)
+    r = seed_api.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=text)
+    assert r.stdout.count("(server dry run)") == len(docs)
+    # The VPA renders on request (its CRD is not part of a bare seed API, so no dry run for it).
+    vpa = helm(tools, "template", "x", str(EXT_CHART), "--set", "vpa.enabled=true")
+    assert "kind: VerticalPodAutoscaler" in vpa
+
+
+def test_rbac_is_least_privilege(tools):
+    text = helm(tools, "template", "x", str(EXT_CHART), "--namespace", "garden")
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    for d in docs:
+        if d["kind"] in ("ClusterRole", "Role"):
+            for rule in d["rules"]:
+                assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+    role = next(d for d in docs if d["kind"] == "Role")
+    cm_rule = next(r for r in role["rules"] if r["resources"] == ["configmaps"])
+    assert cm_rule["verbs"] == ["get"] and cm_rule["resourceNames"] == ["gardener-extension-cri-resmgr-configs"]

@@ -1,0 +1,36 @@
+"""The example configs and the example shoot validate with the extension's own checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from extension.configs import validate_and_split
+from extension.provider_config import check_worker_pools, parse_provider_config
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+# Which config key each example file is meant for.
+CONFIG_KEYS = {"fallback.yaml": "fallback", "default-topology-aware.yaml": "default", "balloons.yaml": "default",
+               "node.worker-1.yaml": "node.worker-1", "group.db.yaml": "group.db"}
+
+
+@pytest.mark.parametrize("filename", sorted(CONFIG_KEYS))
+def test_example_config_validates(filename):
+    text = (EXAMPLES / "configs" / filename).read_text()
+    split = validate_and_split({CONFIG_KEYS[filename]: text})
+    assert split.static or split.dynamic
+
+
+def test_every_example_config_is_covered():
+    assert {p.name for p in (EXAMPLES / "configs").iterdir()} == set(CONFIG_KEYS)
+
+
+def test_example_shoot_provider_config_validates():
+    shoot = yaml.safe_load((EXAMPLES / "shoot.yaml").read_text())
+    [ext] = [e for e in shoot["spec"]["extensions"] if e["type"] == "cri-resmgr-extension"]
+    pc = parse_provider_config(ext["providerConfig"])
+    check_worker_pools(pc.worker_pools, [w["name"] for w in shoot["spec"]["provider"]["workers"]])
+    split = validate_and_split(pc.configs)
+    assert "group.db" in split.dynamic and "fallback" in split.static
