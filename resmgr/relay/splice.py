@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 FLAG_END_STREAM, FLAG_ACK, FLAG_END_HEADERS, FLAG_PADDED, FLAG_PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
-SETTINGS_MAX_FRAME_SIZE = 0x5
+SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 0x4, 0x5
+DEFAULT_WINDOW = 65535
 DEFAULT_MAX_FRAME = 16384
 RECV_BYTES = 256 * 1024
 # Header tables may grow as far as the two ends agree; the read-along decoders must follow.
@@ -139,6 +140,13 @@ class _Connection:
         self.blind = False  # read-along failed: copy bytes only, touch nothing
         self.window_debt = 0  # bytes sent upstream minus bytes the client sent (rewritten requests)
         self.debt_lock = threading.Lock()
+        # What the runtime lets the relay send: the connection window, and the stream windows of
+        # held (intercepted) streams. Rewritten requests may be larger than the client's, so the
+        # relay must respect these itself rather than trust the client's view of them.
+        self.flow = threading.Condition()
+        self.send_window = DEFAULT_WINDOW
+        self.stream_initial_window = DEFAULT_WINDOW
+        self.stream_windows: dict[int, int] = {}
         self.upstream_max_frame = DEFAULT_MAX_FRAME
         self.last_client_stream = 0
         self.closed = threading.Event()
@@ -187,6 +195,8 @@ class _Connection:
             self._finish(stream, 14, "connection closed", count=not stream.cancelled)
         self.streams.clear()
         self.closed.set()
+        with self.flow:
+            self.flow.notify_all()
         self.server.forget(self)
 
     def goaway(self) -> None:
@@ -218,9 +228,14 @@ class _Connection:
                     buf.clear()
             else:
                 with memoryview(buf) as view:
-                    out, consumed, held = self._scan_requests(view, start)
+                    out, consumed, held, data_bytes = self._scan_requests(view, start)
                     if consumed:
-                        self.send_upstream(out if out is not None else view[:consumed])
+                        chunk = out if out is not None else view[:consumed]
+                        if self._take_window(data_bytes):
+                            self.send_upstream(chunk)
+                        else:
+                            self._send_within_window(chunk)
+                        del chunk  # a view into buf: it must go before buf can shrink
                 del buf[:consumed]
                 start = 0
                 for stream in held:
@@ -230,12 +245,14 @@ class _Connection:
                 return
             buf += data
 
-    def _scan_requests(self, view: memoryview, pos: int) -> tuple[bytearray | None, int, list[_Stream]]:
+    def _scan_requests(self, view: memoryview, pos: int) -> tuple[bytearray | None, int, list[_Stream], int]:
         """Parse the complete frames in ``view`` from ``pos``.
 
         Returns the bytes to forward (None: all of ``view[:consumed]``), how much was consumed,
-        and the intercepted streams whose request is now complete.
+        the intercepted streams whose request is now complete, and the flow-controlled DATA
+        bytes among the forwarded frames.
         """
+        data_bytes = 0
         out: bytearray | None = None  # only built when some frame is held back
         forward_from = 0
         held: list[_Stream] = []
@@ -258,6 +275,9 @@ class _Connection:
                         forward_from = end
                         if flags & FLAG_END_STREAM:
                             held.append(stream)
+                        pos = end
+                        continue
+                data_bytes += length
             elif ftype == HEADERS or ftype == CONTINUATION:
                 block = _header_payload(ftype, flags, view[pos + 9:end])
                 if flags & FLAG_END_HEADERS and sid not in self.request_blocks:
@@ -276,7 +296,73 @@ class _Connection:
             pos = end
         if out is not None:
             out += view[forward_from:pos]
-        return out, pos, held
+        return out, pos, held, data_bytes
+
+    # -- flow control toward the runtime ---------------------------------------------------
+
+    def _take_window(self, size: int) -> bool:
+        """Fast path: claim ``size`` bytes of the connection window if all of it is there."""
+        if not size:
+            return True
+        with self.flow:
+            if self.send_window >= size:
+                self.send_window -= size
+                return True
+        return False
+
+    def _wait_window(self, stream_id: int | None, want: int) -> int:
+        """Block until some window is open (connection, and stream if given); claim up to ``want`` bytes."""
+        with self.flow:
+            while True:
+                if self.closed.is_set():
+                    raise OSError(errno.EPIPE, "connection closed")
+                if stream_id is not None and stream_id not in self.stream_windows:
+                    raise OSError(errno.ECONNRESET, "stream closed")
+                available = self.send_window
+                if stream_id is not None:
+                    available = min(available, self.stream_windows.get(stream_id, 0))
+                if available > 0:
+                    take = min(available, want)
+                    self.send_window -= take
+                    if stream_id is not None:
+                        self.stream_windows[stream_id] -= take
+                    return take
+                self.flow.wait(1.0)
+
+    def _send_within_window(self, chunk: bytes | bytearray | memoryview) -> None:
+        """Slow path: forward ``chunk`` frame by frame, splitting DATA to fit the runtime's window."""
+        with memoryview(chunk) as view:
+            self._send_frames_within_window(view)
+
+    def _send_frames_within_window(self, view: memoryview) -> None:
+        pos = 0
+        while pos < len(view):
+            length = int.from_bytes(view[pos:pos + 3], "big")
+            end = pos + 9 + length
+            ftype, flags = view[pos + 3], view[pos + 4]
+            if ftype != DATA or length == 0:
+                self.send_upstream(view[pos:end])
+            else:
+                sid = int.from_bytes(view[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+                data = bytes(_data_payload(flags, view[pos + 9:end]))
+                if len(data) != length:  # padding is dropped when splitting; the client paid for it
+                    with self.debt_lock:
+                        self.window_debt += len(data) - length
+                self._send_data(sid, data, bool(flags & FLAG_END_STREAM), stream_window=False)
+            pos = end
+
+    def _send_data(self, stream_id: int, data: bytes, end_stream: bool, *, stream_window: bool) -> None:
+        """Send ``data`` as DATA frames no larger than the runtime's windows and frame size allow."""
+        sent = 0
+        while True:
+            want = min(len(data) - sent, self.upstream_max_frame)
+            take = self._wait_window(stream_id if stream_window else None, want) if want else 0
+            last = sent + take >= len(data)
+            self.send_upstream(frame(DATA, FLAG_END_STREAM if last and end_stream else 0, stream_id,
+                                     data[sent:sent + take]))
+            sent += take
+            if last:
+                return
 
     def _request_headers(self, sid: int, block: bytes | memoryview) -> None:
         try:
@@ -297,6 +383,8 @@ class _Connection:
         if path in self.server.intercepted:
             stream.method = cri_methods()[path]
             stream.hold = stream.collect = True
+            with self.flow:
+                self.stream_windows[sid] = self.stream_initial_window
         elif self.server.dumper.enabled(name):
             stream.collect = True
         self.streams[sid] = stream
@@ -405,16 +493,38 @@ class _Connection:
             stream = self.streams.get(sid)
             if stream is not None:
                 self._finish(stream, 1 if int.from_bytes(payload, "big") == 8 else 13, "stream reset by the runtime")
+        elif ftype == WINDOW_UPDATE:
+            increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+            with self.flow:
+                if sid == 0:
+                    self.send_window += increment
+                elif sid in self.stream_windows:
+                    self.stream_windows[sid] += increment
+                else:
+                    return
+                self.flow.notify_all()
         elif ftype == SETTINGS and not flags & FLAG_ACK:
             for i in range(0, len(payload) - 5, 6):
-                if int.from_bytes(payload[i:i + 2], "big") == SETTINGS_MAX_FRAME_SIZE:
-                    self.upstream_max_frame = int.from_bytes(payload[i + 2:i + 6], "big")
+                key, value = int.from_bytes(payload[i:i + 2], "big"), int.from_bytes(payload[i + 2:i + 6], "big")
+                if key == SETTINGS_MAX_FRAME_SIZE:
+                    self.upstream_max_frame = value
+                elif key == SETTINGS_INITIAL_WINDOW_SIZE:
+                    with self.flow:
+                        delta = value - self.stream_initial_window
+                        self.stream_initial_window = value
+                        for held_sid in self.stream_windows:
+                            self.stream_windows[held_sid] += delta
+                        self.flow.notify_all()
 
     # -- bookkeeping -----------------------------------------------------------------------
 
     def _finish(self, stream: _Stream, code: int, message: str, count: bool = True) -> None:
         if self.streams.pop(stream.stream_id, None) is None and stream.status is not None:
             return
+        if stream.hold:
+            with self.flow:
+                self.stream_windows.pop(stream.stream_id, None)
+                self.flow.notify_all()
         stream.status, stream.message = code, message
         if stream.done is not None:
             stream.done.set()
@@ -436,11 +546,11 @@ class _Connection:
     def _send_request(self, stream: _Stream, payload: bytes) -> None:
         if stream.cancelled:
             return
-        limit = self.upstream_max_frame
-        chunks = [payload[i:i + limit] for i in range(0, len(payload), limit)] or [b""]
-        data = b"".join(frame(DATA, FLAG_END_STREAM if i == len(chunks) - 1 else 0, stream.stream_id, chunk)
-                        for i, chunk in enumerate(chunks))
-        self.send_upstream(data)
+        try:
+            self._send_data(stream.stream_id, payload, True, stream_window=True)
+        except OSError as err:
+            # The stream or connection ended meanwhile; _finish has recorded how.
+            log.debug("intercepted request not sent: %s", err, extra={"method": stream.name})
 
     def _intercept(self, stream: _Stream) -> None:
         original = bytes(stream.request)
