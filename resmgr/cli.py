@@ -69,6 +69,26 @@ _INACTIVE_FLAGS = {
 HookFactory = Callable[[RelaySettings], ResourceManagerHook]
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cri-resmgr", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -111,16 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
     runtime.add_argument("--metrics-address", default=None,
                          help="HTTP address for Prometheus /metrics, [HOST]:PORT (default: "
                               "instrumentation.HTTPEndpoint from the config, else :8891); 'off' disables")
-    runtime.add_argument("--runtime-wait-timeout", type=float, default=None, metavar="SECONDS",
+    runtime.add_argument("--runtime-wait-timeout", type=_seconds, default=None, metavar="SECONDS",
                          help="give up if the runtime does not answer in time (default: wait forever)")
-    runtime.add_argument("--shutdown-grace", type=float, default=5.0, metavar="SECONDS",
+    runtime.add_argument("--shutdown-grace", type=_seconds, default=5.0, metavar="SECONDS",
                          help="on SIGTERM, how long in-flight calls may take to finish (default: 5)")
     runtime.add_argument("--transport", choices=TRANSPORTS, default="auto",
                          help="how calls are relayed: 'splice' copies HTTP/2 frames between kubelet and the "
                               "runtime and reads along (lowest overhead); 'grpc' terminates each call in a gRPC "
                               "server and re-issues it (needed when --image-socket differs); 'auto' (default) "
                               "picks splice unless the image socket differs")
-    runtime.add_argument("--workers", type=int, default=32,
+    runtime.add_argument("--workers", type=_positive_int, default=32,
                          help="maximum concurrently served calls with --transport grpc (default: 32)")
     add_logging_arguments(parser)
     return parser

@@ -191,7 +191,7 @@ class _Connection:
         self._shutdown()
         self.client.close()
         self.upstream.close()
-        for stream in list(self.streams.values()):
+        for stream in list(self.streams.copy().values()):
             self._finish(stream, 14, "connection closed", count=not stream.cancelled)
         self.streams.clear()
         self.closed.set()
@@ -393,7 +393,7 @@ class _Connection:
         log.error("%s; relaying this connection's bytes without interception from now on", reason)
         self.server.metrics.relay_error("connection", "header_decode")
         self.blind = True
-        for stream in list(self.streams.values()):
+        for stream in list(self.streams.copy().values()):
             if stream.hold:
                 self._finish(stream, 13, "relay lost track of the connection")
         self.streams.clear()

@@ -165,6 +165,16 @@ def test_bad_config_and_flags(workdir):
     assert r.returncode == 2 and "cannot read config file" in r.stderr
     r = run_cli("--log-format", "xml")
     assert r.returncode == 2 and "invalid choice" in r.stderr
+    for flag, value, problem in (("--workers", "0", "at least 1"), ("--shutdown-grace", "-1", "negative"),
+                                 ("--runtime-wait-timeout", "soon", "not a number"),
+                                 ("--transport", "carrier-pigeon", "invalid choice")):
+        r = run_cli(flag, value)
+        assert r.returncode == 2 and problem in r.stderr, (flag, r.stderr)
+    r = run_cli("--metrics-address", "nonsense", "--runtime-socket", str(workdir / "none.sock"),
+                "--relay-socket", str(workdir / "r.sock"), "--pid-file", "", "--relay-dir", str(workdir / "d"),
+                "--runtime-wait-timeout", "0")
+    assert "cannot serve metrics on nonsense" in r.stderr  # reported, and not fatal by itself
+    assert r.returncode == 1 and "gave up waiting for the runtime" in r.stderr
 
 
 def test_help_version_and_policies():
