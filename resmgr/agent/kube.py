@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
+import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -25,6 +27,8 @@ class KubeConfigError(RuntimeError):
 
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
     """An ApiClient from ``kubeconfig``, or the in-cluster service account when it is None."""
+    # A kubeconfig with insecure-skip-tls-verify would warn on every request; once is enough.
+    warnings.filterwarnings("once", category=urllib3.exceptions.InsecureRequestWarning)
     try:
         if kubeconfig:
             return config.new_client_from_config(config_file=kubeconfig)

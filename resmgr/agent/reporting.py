@@ -22,6 +22,8 @@ ANNOTATION_PREFIX = "cri-resource-manager.intel.com/"
 CONFIG_SOURCE_ANNOTATION = ANNOTATION_PREFIX + "config-source"
 CONFIG_ERROR_ANNOTATION = ANNOTATION_PREFIX + "config-error"
 COMPONENT = "cri-resmgr-agent"
+# Events about a cluster-scoped object (our Node) must live in "default", as kubelet's do.
+EVENT_NAMESPACE = "default"
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -64,16 +66,15 @@ class KubeReporter:
             except ApiException:
                 pass
         body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(name=f"{self.node}.{uuid.uuid4().hex[:12]}", namespace=self.namespace),
+            metadata=client.V1ObjectMeta(name=f"{self.node}.{uuid.uuid4().hex[:12]}", namespace=EVENT_NAMESPACE),
             involved_object=client.V1ObjectReference(kind="Node", name=self.node, uid=self._node_uid or None),
             reason=reason, message=message[:1024], type="Warning" if warning else "Normal",
             source=client.V1EventSource(component=COMPONENT, host=self.node),
-            first_timestamp=now, last_timestamp=now, count=1, reporting_component=COMPONENT,
-            reporting_instance=self.node)
+            first_timestamp=now, last_timestamp=now, count=1)
         try:
-            self.core.create_namespaced_event(self.namespace, body)
+            self.core.create_namespaced_event(EVENT_NAMESPACE, body)
         except ApiException as exc:
-            log.error("cannot create Event %s: HTTP %s %s", reason, exc.status, exc.reason)
+            log.error("cannot create Event %s: HTTP %s %s: %s", reason, exc.status, exc.reason, exc.body)
 
     def config_outcome(self, selection: Selection | None, error: str) -> None:
         try:

@@ -111,7 +111,8 @@ class ConfigPlane:
                 return self._rejected(error, source)
             digest = sections_digest(sections)
             if digest == self.status.digest:
-                log.debug("config from %s is already active", source)
+                log.info("config from %s is identical to the active one; nothing to apply", source)
+                self.status.source = source
                 return ""
             try:
                 config = validate_config_sections(dict(sections), source=source)

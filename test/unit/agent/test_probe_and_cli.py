@@ -27,7 +27,8 @@ def run(script: str, *args: str, env: dict[str, str] | None = None) -> subproces
 @pytest.fixture
 def agent_socket():
     status = {"config-status": ""}
-    sock = os.path.join(tempfile.mkdtemp(prefix="agentsock-", dir="/tmp"), "agent.sock")
+    workdir = tempfile.mkdtemp(prefix="agentsock-", dir="/tmp")
+    sock = os.path.join(workdir, "agent.sock")
 
     def health(query: str) -> str:
         return status.get(query, f"unknown health query {query!r}") if query else ""
@@ -35,6 +36,7 @@ def agent_socket():
     server = serve_agent(AgentServicer(client.ApiClient(), "n1", health), sock)
     yield sock, status
     stop_unix(server, sock, grace=0)
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_probe_healthy_and_unhealthy(agent_socket):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 
@@ -83,6 +84,7 @@ def env():
     e.target.close()
     if e.server is not None:
         e.stop_server()
+    shutil.rmtree(e.dir, ignore_errors=True)
 
 
 def test_pushes_once_and_never_again_while_unchanged(env):

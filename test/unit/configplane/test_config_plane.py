@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -86,12 +87,14 @@ def test_adjustments_failures_of_the_applier_become_container_errors():
 def config_server():
     applier = RecordingApplier([ContainerView(id="c1", name="web", namespace="prod", pod_name="web-0")])
     plane = ConfigPlane(applier, node_name="n1")
-    sock = os.path.join(tempfile.mkdtemp(prefix="cfg-", dir="/tmp"), "config.sock")
+    workdir = tempfile.mkdtemp(prefix="cfg-", dir="/tmp")
+    sock = os.path.join(workdir, "config.sock")
     server = serve_config(plane, sock)
     channel = unix_channel(sock)
     yield applier, config_pb2_grpc.ConfigStub(channel), sock
     channel.close()
     stop_unix(server, sock)
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_grpc_set_config_and_adjustment(config_server):
