@@ -54,7 +54,8 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = 90.0, interva
 class PlaneNode:
     """One simulated node: its Node object, its cri-resmgr and its agent."""
 
-    def __init__(self, seed_api: Any, containerd: Any, fallback: str = TOPOLOGY_AWARE_RESERVED_0) -> None:
+    def __init__(self, seed_api: Any, containerd: Any, fallback: str = TOPOLOGY_AWARE_RESERVED_0,
+                 force: str | None = None) -> None:
         self.seed_api = seed_api
         self.containerd = containerd
         self.name = f"worker-{uuid.uuid4().hex[:6]}"
@@ -65,6 +66,9 @@ class PlaneNode:
         self.agent_socket = str(self.dir / "agent.sock")
         self.fallback = self.dir / "fallback.cfg"
         self.fallback.write_text(fallback)
+        self.force = self.dir / "force.cfg"
+        if force is not None:
+            self.force.write_text(force)
         self.api = seed_api.api_client()
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
@@ -83,7 +87,8 @@ class PlaneNode:
             sys.executable, str(HERE / "resmgr_with_config_plane.py"),
             "--relay-socket", self.relay_socket, "--runtime-socket", self.containerd.socket,
             "--relay-dir", str(self.relay_dir), "--pid-file", "", "--fallback-config", str(self.fallback),
-            "--config-socket", self.config_socket, "--agent-socket", self.agent_socket],
+            "--config-socket", self.config_socket, "--agent-socket", self.agent_socket,
+            *(["--force-config", str(self.force)] if self.force.exists() else [])],
             self.dir, env={**os.environ, "NODE_NAME": self.name})
         self.resmgr.wait_until(lambda: unix_socket_answers(self.config_socket), "config socket", 90)
 
@@ -194,8 +199,9 @@ def plane_node(seed_api, containerd, adjustment_crd) -> Iterator[Callable[..., P
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     _clean_kube_system(core, custom)
 
-    def make(fallback: str = TOPOLOGY_AWARE_RESERVED_0, labels: dict[str, str] | None = None) -> PlaneNode:
-        node = PlaneNode(seed_api, containerd, fallback)
+    def make(fallback: str = TOPOLOGY_AWARE_RESERVED_0, labels: dict[str, str] | None = None,
+             force: str | None = None) -> PlaneNode:
+        node = PlaneNode(seed_api, containerd, fallback, force)
         nodes.append(node)
         return node.start(labels)
 
