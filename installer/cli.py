@@ -12,7 +12,7 @@ from pathlib import Path
 
 from installer import readiness
 from installer.host import CommandRunner, Host
-from installer.install import PHASE, InstallSettings, NodeInstaller
+from installer.install import KUBELET_TARGET, InstallSettings, NodeInstaller
 from installer.static_config import read_config_dir
 from installer.supervisor import Supervisor, SupervisorSettings
 from resmgr.logsetup import add_logging_arguments, setup_logging_from_args
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probe: a ready file older than this many seconds is not ready (default: %(default)s)")
     p.add_argument("--once", action="store_true",
                    help="exit after install/uninstall instead of supervising (or sleeping)")
-    p.add_argument("--relay-wait", type=float, default=60.0, metavar="S",
+    p.add_argument("--relay-wait", type=float, default=30.0, metavar="S",
                    help="how long install waits for the relay to answer CRI Version (default: %(default)s)")
     p.add_argument("--kubelet-wait", type=float, default=60.0, metavar="S",
                    help="how long to wait for kubelet to be active after a restart (default: %(default)s)")
@@ -142,8 +142,9 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
                 readiness.write_ready(args.ready_file, False, f"install failed: {exc}", "install")
                 if args.once:
                     return 1
-                # A node installed by an earlier rollout stays supervised while this one cannot apply.
-                if supervisor is None and installer._journal().get(PHASE) == "installed":
+                # Kubelet may still point at the relay from an earlier rollout (say this one ships a
+                # cri-resmgr that does not start): keep supervising, so it falls back to containerd.
+                if supervisor is None and installer._journal().get(KUBELET_TARGET) == "relay":
                     supervisor = Supervisor(installer, sup_settings, report)
                 if supervisor is not None:
                     _supervise(supervisor, args, ready_override=f"install failed: {exc}")

@@ -2,7 +2,8 @@
 
 Set ``CRI_RESMGR_INSTALLER_FAILPOINT=<name>`` and the process SIGKILLs itself when it reaches
 that point: no cleanup, no finally blocks, exactly like a node reboot or an OOM kill.
-The names are listed in :data:`INSTALL_FAILPOINTS`; nothing happens when the variable is unset.
+The names are listed in :data:`INSTALL_FAILPOINTS` and :data:`UNINSTALL_FAILPOINTS`; nothing
+happens when the variable is unset.
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ INSTALL_FAILPOINTS = (
     "kubelet-files-written",
     "kubelet-restarted",
     "install-verified",
+)
+
+UNINSTALL_FAILPOINTS = (
+    "uninstall-kubelet-restored",
+    "uninstall-unit-stopped",
+    "uninstall-state-reset",
+    "uninstall-files-removed",
 )
 
 log = logging.getLogger("installer.failpoints")

@@ -57,7 +57,7 @@ class InstallError(RuntimeError):
 @dataclass
 class InstallSettings:
     binary: Path
-    relay_wait_s: float = 60.0
+    relay_wait_s: float = 30.0
     kubelet_wait_s: float = 60.0
     kubelet_settle_s: float = 1.0
     unit: node_files.UnitSettings | None = None  # runtime endpoint filled in from kubelet
@@ -194,7 +194,8 @@ class NodeInstaller:
             systemd.enable(self.host, node_files.UNIT)
         state = systemd.is_active(self.host, node_files.UNIT)
         restarted = False
-        if journal.get(PENDING_RESMGR_RESTART) or state != "active":
+        # "activating" is systemd restarting it already; a restart from us would only reset its limits.
+        if journal.get(PENDING_RESMGR_RESTART) or state in ("inactive", "failed", "deactivating"):
             log.info("(re)starting %s: %s", node_files.UNIT,
                      "its files changed" if journal.get(PENDING_RESMGR_RESTART) else f"it is {state}",
                      extra={"unit": node_files.UNIT})
@@ -203,7 +204,7 @@ class NodeInstaller:
             journal.set(PENDING_RESMGR_RESTART, False)
             restarted = True
         else:
-            log.info("%s is active and nothing it reads changed; not restarting it", node_files.UNIT,
+            log.info("%s is %s and nothing it reads changed; not restarting it", node_files.UNIT, state,
                      extra={"unit": node_files.UNIT})
         failpoints.hit("unit-started")
 
@@ -212,7 +213,7 @@ class NodeInstaller:
             version = wait_cri(self.host, node_files.RELAY_ENDPOINT, self.settings.relay_wait_s,
                                give_up=self._relay_unit_gone)
         except CriUnavailable as exc:
-            raise InstallError(f"{exc}; kubelet stays on {runtime}") from exc
+            raise InstallError(f"{exc}; kubelet is not pointed at the relay") from exc
         log.info("relay answers CRI Version: %s", version, extra={"endpoint": node_files.RELAY_ENDPOINT})
         failpoints.hit("relay-answered")
 
@@ -290,13 +291,16 @@ class NodeInstaller:
         if current and self.same_endpoint(current, node_files.RELAY_ENDPOINT):
             raise InstallError("kubelet's configuration still points at the relay after restoring the "
                                "installer's changes; not stopping cri-resmgr")
+        failpoints.hit("uninstall-kubelet-restored")
         # 2. stop and disable the unit.
         if systemd.unit_exists(self.host, node_files.UNIT):
             systemd.stop(self.host, node_files.UNIT)
             if systemd.show(self.host, node_files.UNIT, "UnitFileState")["UnitFileState"] == "enabled":
                 systemd.disable(self.host, node_files.UNIT)
+        failpoints.hit("uninstall-unit-stopped")
         # 3. cri-resmgr's own state.
         self._reset_resmgr_state()
+        failpoints.hit("uninstall-state-reset")
         # 4. every file, then the directories we created.
         journal.set(PENDING_RELOAD, True)
         for path in journal.paths(RESMGR):
@@ -304,6 +308,7 @@ class NodeInstaller:
                 changed.append(path)
         systemd.daemon_reload(self.host)
         systemd.reset_failed(self.host, node_files.UNIT)
+        failpoints.hit("uninstall-files-removed")
         journal.remove_dirs()
         journal.clear()
         log.info("uninstall complete: the node is clean", extra={"changed": changed})

@@ -12,14 +12,14 @@ from integration.installer.installer_node import LAYOUTS, snapshot, wait_for
 from integration.installer.node_checks import kubelet_endpoint, kubelet_on_relay, kubelet_on_runtime, unit_state
 
 from installer.failpoints import ENV as FAILPOINT_ENV
-from installer.failpoints import INSTALL_FAILPOINTS
+from installer.failpoints import INSTALL_FAILPOINTS, UNINSTALL_FAILPOINTS
 
 pytestmark = pytest.mark.integration
 
 JOURNAL_STATE = "/var/lib/cri-resmgr-installer/state.json"
 
 
-def test_kill_at_each_install_step_then_rerun_converges(installer_node) -> None:
+def test_kill_at_each_install_and_uninstall_step_then_rerun_converges(installer_node) -> None:
     n = installer_node("gardener")
     clean = snapshot(n.node)
     n.install()
@@ -37,6 +37,13 @@ def test_kill_at_each_install_step_then_rerun_converges(installer_node) -> None:
         assert unit_state(n.node) == "active" and kubelet_on_relay(n.node), (point, kubelet_endpoint(n.node))
         n.uninstall()
         assert snapshot(n.node) == clean, f"uninstall after a kill at {point} left the node changed"
+    for point in UNINSTALL_FAILPOINTS:
+        n.install()
+        crashed = n.install("--mode", "uninstall", env={FAILPOINT_ENV: point}, expect_rc=-signal.SIGKILL)
+        assert f"failpoint {point} reached" in crashed.stderr
+        n.uninstall()
+        assert snapshot(n.node) == clean, f"uninstall killed at {point} and re-run left the node changed"
+        assert kubelet_on_runtime(n.node) and unit_state(n.node) in ("inactive", "")
 
 
 def test_relay_dead_for_good_sends_kubelet_back_to_containerd_and_recovers(installer_node, tmp_path) -> None:
@@ -79,6 +86,22 @@ def test_relay_dead_for_good_sends_kubelet_back_to_containerd_and_recovers(insta
     assert rc == 0
     assert "the node is left as it is" in log_path.read_text()
     assert unit_state(n.node) == "active" and kubelet_on_relay(n.node)
+
+    # A new rollout ships a cri-resmgr that never starts, while kubelet points at the relay:
+    # the install fails, and supervision still sends kubelet back to containerd.
+    n.binary.write_text("#!/bin/sh\necho 'broken build' >&2\nexit 3\n")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(n.supervise_argv("--check-interval", "1", "--relay-timeout", str(relay_timeout),
+                                                 "--relay-wait", "5"),
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: kubelet_on_runtime(n.node), "kubelet back on containerd after a broken rollout",
+                 timeout=relay_timeout + 60)
+        wait_for(lambda: probe(n) == 1, "not-ready after a broken rollout", timeout=10)
+        assert "install failed" in subprocess.run(n.supervise_argv("probe"), capture_output=True, text=True).stdout
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
     n.node.run(["rm", "-f", kill_switch])
     n.uninstall()
     assert kubelet_on_runtime(n.node)

@@ -45,7 +45,7 @@ def test_extra_options_accepted(text: str, tokens: list[str]) -> None:
     ("--relay-socket=/tmp/x.sock", "--relay-socket is fixed by the installer"),
     ("--fallback-config /x", "--fallback-config is fixed by the installer"),
     ("--version", "would stop cri-resmgr from serving"),
-    ("--workers=many", "invalid int value: 'many'"),
+    ("--workers=many", "argument --workers: .*'many'"),
     ("--log-level loud", "invalid choice: 'loud'"),
     ("stray", "unrecognized arguments: stray"),
     ('--metrics-address="a b"', "cannot be passed through a systemd EnvironmentFile"),
