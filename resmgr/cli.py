@@ -194,13 +194,7 @@ class _Runner:
         self.relay.dumper.reconfigure(settings.dump)
         set_debug_modules(parse_debug_modules(self.args.debug) + settings.debug_modules,
                           root_package="resmgr", base_level=self.args.log_level)
-        reconfigure = getattr(self.relay.hook, "reconfigure", None)
-        if callable(reconfigure):
-            try:
-                reconfigure(settings.raw)
-            except Exception:
-                log.exception("SIGHUP: the resource manager rejected the new config")
-                self.relay.metrics.policy_error("reconfigure", "reconfigure")
+        self.relay.reconfigure_hook(settings.raw)
         self.settings = settings
         log.info("SIGHUP: reloaded forced config", extra={"source": self.args.force_config})
 

@@ -84,13 +84,7 @@ class Relay:
             wait_for_runtime(self.upstream.image_channel, self.image_socket, stop=self.stopping,
                              timeout=self.runtime_wait_timeout)
         self.snapshot = sync_from_runtime(self.upstream.runtime_channel)
-        sync = getattr(self.hook, "sync", None)
-        if callable(sync):
-            try:
-                sync(self.snapshot.pods, self.snapshot.containers)
-            except Exception:
-                log.exception("resource manager failed to sync startup state; continuing")
-                self.metrics.policy_error("sync", "sync")
+        self._call_hook_entry("sync", self.snapshot.pods, self.snapshot.containers)
         os.makedirs(os.path.dirname(self.relay_socket) or ".", exist_ok=True)
         remove_stale_socket(self.relay_socket)
         transport: SpliceServer | GrpcTransport
@@ -128,6 +122,29 @@ class Relay:
             remove_pid_file(self.pid_file)
         self.dumper.close()
         log.info("relay stopped")
+
+    def reconfigure_hook(self, config: dict) -> None:
+        """Hand a re-read config to the resource manager (if it takes one) and apply its updates."""
+        self._call_hook_entry("reconfigure", config)
+
+    def _call_hook_entry(self, entry: str, *args: object) -> None:
+        """Call an optional resource-manager entry point (``sync``, ``reconfigure``) under the hook lock.
+
+        Like the hook calls, a failure is logged and counted and never stops the relay; any
+        container updates it returns are sent to the runtime right away.
+        """
+        function = getattr(self.hook, entry, None)
+        if not callable(function):
+            return
+        with self.interceptor.lock:
+            try:
+                updates = function(*args)
+            except Exception:
+                log.exception("resource manager %s failed; continuing", entry)
+                self.metrics.policy_error(entry, entry)
+                return
+            if updates:
+                self.interceptor.apply_updates(updates, entry)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.stopping.wait(timeout)

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
+import time
 
 from cri_api.v1 import api_pb2
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
 
 from resmgr.hooks import ContainerUpdate, HookResult, NoopHook
+
+
+def eventually(check, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
 
 
 class PinningHook(NoopHook):
@@ -18,8 +28,15 @@ class PinningHook(NoopHook):
         self.created: list[str] = []
         self.synced: tuple[list, list] | None = None
 
-    def sync(self, pods, containers) -> None:
+    def sync(self, pods, containers):
         self.synced = (pods, containers)
+        # Like the resource manager re-placing what it finds: move running containers to CPU 1.
+        return [ContainerUpdate(c.id, cpuset_cpus="1", reason="startup") for c in containers
+                if c.state == api_pb2.CONTAINER_RUNNING]
+
+    def reconfigure(self, config):
+        self.reconfigured = config
+        return [ContainerUpdate(cid, cpuset_cpus=config["cpus"]) for cid in config["containers"]]
 
     def before(self, method, request):
         self.calls.append(("before", method))
@@ -52,10 +69,13 @@ def test_hook_places_containers_and_updates_others(containerd, inproc_relay, tmp
     assert hook.created == ids
     # b kept the hook's placement; a was moved by the update the hook asked for after b started.
     assert containerd.cgroup_cpuset(ids[1]) == "1"
-    assert containerd.cgroup_cpuset(ids[0]) == "0"
+    # With the splice transport kubelet gets StartContainer's answer while the hook's ``after`` and its
+    # updates still run (under the lock, so the next state change waits for them): poll briefly.
+    assert eventually(lambda: containerd.cgroup_cpuset(ids[0]) == "0")
     assert hook.calls[:4] == [("before", "RunPodSandbox"), ("after", "RunPodSandbox"),
                               ("before", "CreateContainer"), ("after", "CreateContainer")]
-    assert relay.metrics.registry.get_sample_value("cri_resmgr_container_updates_total", {"result": "ok"}) == 1
+    assert eventually(lambda: relay.metrics.registry.get_sample_value("cri_resmgr_container_updates_total",
+                                                                      {"result": "ok"}) == 1)
     # Non-intercepted calls never reach the hook.
     containerd.crictl("ps", endpoint=ep)
     assert not any(m in ("ListContainers", "Version") for _, m in hook.calls)
@@ -79,23 +99,30 @@ def test_failing_hook_never_fails_kubelet(containerd, inproc_relay, tmp_path):
     assert containerd.cgroup_cpuset(cid) == "1"  # the original request went through unchanged
     for method in ("RunPodSandbox", "CreateContainer", "StartContainer"):
         for phase in ("before", "after"):
-            assert relay.metrics.registry.get_sample_value(
-                "cri_resmgr_policy_errors_total", {"method": method, "phase": phase}) == 1
+            assert eventually(lambda m=method, p=phase: relay.metrics.registry.get_sample_value(
+                "cri_resmgr_policy_errors_total", {"method": m, "phase": p}) == 1), (method, phase)
 
 
 def test_startup_sync_sees_existing_pods(containerd, inproc_relay, tmp_path):
     pod_cfg = write_json(tmp_path / "pod.json", make_pod_config("pre-existing"))
     pod_id = containerd.crictl("runp", pod_cfg).stdout.strip()
-    cfg = write_json(tmp_path / "c.json", make_container_config("c"))
+    cfg = write_json(tmp_path / "c.json", make_container_config("c", cpuset_cpus="0"))
     cid = containerd.crictl("create", pod_id, cfg, pod_cfg).stdout.strip()
+    containerd.crictl("start", cid)
+    assert containerd.cgroup_cpuset(cid) == "0"
     hook = PinningHook()
     relay = inproc_relay(hook)
     pods, containers = hook.synced
     assert pod_id in [p.id for p in pods] and cid in [c.id for c in containers]
     assert all(isinstance(p, api_pb2.PodSandbox) for p in pods)
     assert relay.snapshot is not None and len(relay.snapshot.pods) == len(pods)
+    # The updates the resource manager asked for at startup were applied before serving.
+    assert containerd.cgroup_cpuset(cid) == "1"
     info = json.loads(containerd.crictl("inspectp", pod_id, endpoint=relay.endpoint).stdout)
     assert info["status"]["id"] == pod_id
+    # A re-read config (SIGHUP) reaches the resource manager, and its updates are applied too.
+    relay.reconfigure_hook({"cpus": "0", "containers": [cid]})
+    assert hook.reconfigured["cpus"] == "0" and containerd.cgroup_cpuset(cid) == "0"
 
 
 def test_rewritten_requests_keep_flow_control_in_step(containerd, inproc_relay, tmp_path):
