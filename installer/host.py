@@ -19,9 +19,10 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 log = logging.getLogger("installer.host")
 
@@ -174,35 +175,27 @@ class Host:
 
     def write_atomic(self, node_path: str, data: bytes, mode: int = 0o644) -> None:
         """Write through a temp file in the same directory, fsync, rename: never a torn file."""
-        target = self.path(node_path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except BaseException:
-            _unlink_quietly(tmp)
-            raise
-        _fsync_dir(target.parent)
+        self._replace_via_temp(node_path, lambda out: out.write(data), mode, None)
 
     def copy_atomic(self, src: str | os.PathLike[str], node_path: str, expected_sha256: str,
                     mode: int = 0o755) -> None:
         """Copy a (possibly large) file in, verify its checksum on the node side, then rename."""
+        def fill(out: BinaryIO) -> None:
+            with open(src, "rb") as inp:
+                shutil.copyfileobj(inp, out, 1 << 20)
+        self._replace_via_temp(node_path, fill, mode, expected_sha256)
+
+    def _replace_via_temp(self, node_path: str, fill: Callable[[BinaryIO], object], mode: int,
+                          expected_sha256: str | None) -> None:
         target = self.path(node_path)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
-            with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-                for chunk in iter(lambda: inp.read(1 << 20), b""):
-                    out.write(chunk)
+            with os.fdopen(fd, "wb") as out:
+                fill(out)
                 out.flush()
                 os.fsync(out.fileno())
-            got = sha256_file(tmp)
-            if got != expected_sha256:
-                raise OSError(f"checksum mismatch copying {src} to {node_path}: "
-                              f"expected {expected_sha256}, wrote {got}")
+            if expected_sha256 is not None and (got := sha256_file(tmp)) != expected_sha256:
+                raise OSError(f"checksum mismatch writing {node_path}: expected {expected_sha256}, wrote {got}")
             os.chmod(tmp, mode)
             os.replace(tmp, target)
         except BaseException:

@@ -54,3 +54,14 @@ def test_probe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ready.write_text("{broken")
     assert not probe(ready)[0]
     assert time.time() >= doc["ts"]
+
+
+def test_uninstall_on_a_clean_node_logs_json_and_reports_ready(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    r = subprocess.run([sys.executable, "-m", "installer.cli", "--host-root", str(tmp_path), "--ready-file", str(ready),
+                        "--once"], capture_output=True, text=True, env={MODE_ENV: "uninstall", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stderr.splitlines()]
+    assert {"ts", "level", "logger", "msg"} <= set(lines[0])
+    assert any(entry["msg"] == "no installer state on the node: nothing to uninstall" for entry in lines)
+    assert probe(ready) == (True, "ready (uninstall): uninstalled: the node is clean")
