@@ -166,3 +166,32 @@ def test_static_config_rollout_reapplies_only_what_changed(installer_node) -> No
     n.install()
     assert snapshot(n.node) == installed
     n.uninstall()
+
+
+def test_supervisor_repoints_kubelet_when_its_config_owner_rewrites_it(installer_node, tmp_path) -> None:
+    n = installer_node("config")
+    config = "/etc/kubernetes/kubelet-config.yaml"
+    log_path = tmp_path / "supervisor.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(n.supervise_argv("--check-interval", "1"), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        wait_for(lambda: probe(n) == 0, "the installer to report ready", timeout=90)
+        assert kubelet_on_relay(n.node)
+        # The file's owner writes a new version (maxPods changed) with the original endpoint, and
+        # restarts kubelet: kubelet is on containerd, behind the installer's back.
+        owners = LAYOUTS["config"].files[config].replace("maxPods: 110", "maxPods: 250")
+        n.node.write_file(config, owners)
+        n.node.systemctl("restart", "kubelet.service")
+        wait_for(lambda: "not the relay; repointing it" in log_path.read_text(), "the supervisor to notice",
+                 timeout=60)
+        wait_for(lambda: kubelet_on_relay(n.node), "kubelet back on the relay", timeout=60)
+        assert b"maxPods: 250" in n.node.read_file(config)
+        assert "was rewritten by someone else" in log_path.read_text()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    # Uninstall gives back the owner's latest version, not the one from before the install.
+    n.uninstall()
+    assert n.node.read_file(config) == owners.encode()
+    assert kubelet_on_runtime(n.node)
