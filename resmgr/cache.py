@@ -83,8 +83,11 @@ class Cache:
             return CacheData()
 
     def save(self, data: CacheData) -> None:
+        self.save_encoded(json.dumps(data.to_json(), separators=(",", ":")).encode())
+
+    def save_encoded(self, payload: bytes) -> None:
+        """Atomically replace the cache with ``payload``, a JSON document in CacheData's layout."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        payload = json.dumps(data.to_json(), sort_keys=True, separators=(",", ":")).encode()
         fd, tmp = tempfile.mkstemp(prefix=".cache-", dir=self.dir)
         try:
             with os.fdopen(fd, "wb") as f:

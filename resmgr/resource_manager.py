@@ -20,6 +20,7 @@ change that the runtime confirmed.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from itertools import count
@@ -28,7 +29,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from resmgr.cache import DEFAULT_RELAY_DIR, Cache, CacheData
+from resmgr.cache import CACHE_VERSION, DEFAULT_RELAY_DIR, Cache, CacheData
 from resmgr.config import ConfigError, validate_config_text
 from resmgr.hooks import ContainerUpdate, HookResult
 from resmgr.policy.base import Placement, Policy, RestoreError
@@ -90,6 +91,33 @@ def diff_placements(old: dict[str, Placement], new: dict[str, Placement], *, ski
     return updates
 
 
+def diff_groups(policy: Any, old_state: dict[str, Any], *, skip: str = "",
+                reason: str = "") -> list[ContainerUpdate]:
+    """ContainerUpdates for members of the policy's groups (shared pools, balloons) that changed."""
+    updates: list[ContainerUpdate] = []
+    formatted: dict[int, str | None] = {}  # members of a group share cpuset objects: format once
+
+    def fmt(cpus: frozenset[int] | None) -> str | None:
+        text = formatted.get(id(cpus), "")
+        if text == "":
+            text = formatted[id(cpus)] = _fmt(cpus)
+        return text
+
+    for key, now in policy.group_state().items():
+        before = old_state.get(key)
+        if before is now or before == now:
+            continue
+        for cid in sorted(policy.members.get(key, ())):
+            if cid == skip or cid.startswith(PENDING_PREFIX):
+                continue
+            cpus, mems = policy.placement(cid)
+            if cpus is None and mems is None:
+                continue
+            updates.append(ContainerUpdate(container_id=cid, cpuset_cpus=fmt(cpus), cpuset_mems=fmt(mems),
+                                           reason=reason))
+    return updates
+
+
 class ResourceManager:
     """Holds pods, containers and the active policy; implements the relay hook."""
 
@@ -102,10 +130,12 @@ class ResourceManager:
         self.forced = force_config is not None
         self._lock = threading.RLock()
         self._pending: str | None = None
-        self._deferred: list[ContainerUpdate] = []
         self._seq = count()
         data = self.cache.load()
         self._cached_config: tuple[dict[str, Any] | None, str] = (data.config, data.config_source)
+        self._enc_pods: dict[str, tuple[Any, str]] = {}
+        self._enc_containers: dict[str, tuple[Any, str]] = {}
+        self._enc_grants: dict[str, tuple[Any, str]] = {}
         self.pods: dict[str, PodInfo] = {}
         self.containers: dict[str, ContainerInfo] = {}
         for pid, p in data.pods.items():
@@ -210,25 +240,44 @@ class ResourceManager:
         self._unsynced = set(self.containers)
 
     def save(self) -> None:
-        data = CacheData(
-            pods={pid: p.to_json() for pid, p in self.pods.items()},
-            containers={cid: c.to_json() for cid, c in self.containers.items()},
-            policy=self.policy.name,
-            policy_data={k: v for k, v in self.policy.export_state().items()} if self._pending is None
-            else self._export_without_pending(),
+        """Persist pods, containers, the policy's grants and the cached config (CacheData layout).
+
+        Pods, containers and grants do not change once made, so their JSON is encoded once
+        and reused: re-encoding 200 containers on every CRI call would cost milliseconds.
+        """
+        dumps = json.dumps
+
+        def encoded(memo: dict[str, tuple[Any, str]], key: str, obj: Any) -> str:
+            hit = memo.get(key)
+            if hit is None or hit[0] is not obj:
+                hit = memo[key] = (obj, dumps(obj.to_json(), separators=(",", ":")))
+            return f"{dumps(key)}:{hit[1]}"
+
+        def section(memo: dict[str, tuple[Any, str]], items: dict[str, Any]) -> str:
+            parts = [encoded(memo, k, v) for k, v in items.items() if not k.startswith(PENDING_PREFIX)]
+            if len(memo) > 2 * len(items) + 64:  # forget removed entries now and then
+                for k in [k for k in memo if k not in items]:
+                    del memo[k]
+            return "{" + ",".join(parts) + "}"
+
+        extra = self.policy.export_extra()
+        for b in extra.get("balloons", []):
+            b["members"] = {k: v for k, v in b.get("members", {}).items() if not k.startswith(PENDING_PREFIX)}
+        policy_data = dumps(extra, separators=(",", ":"))
+        grants = section(self._enc_grants, self.policy.grants)
+        policy_data = '{"grants":' + grants + ("," + policy_data[1:] if len(extra) else "}")
+        payload = (
+            '{"version":' + str(CACHE_VERSION)
+            + ',"pods":' + section(self._enc_pods, self.pods)
+            + ',"containers":' + section(self._enc_containers, self.containers)
+            + ',"policy":' + dumps(self.policy.name)
+            + ',"policy_data":' + policy_data
             # Only configs pushed at runtime are cached; files given on the command line are
             # re-read at every start (as in cri-resource-manager).
-            config=self._cached_config[0],
-            config_source=self._cached_config[1],
+            + ',"config":' + dumps(self._cached_config[0], separators=(",", ":"))
+            + ',"config_source":' + dumps(self._cached_config[1]) + "}"
         )
-        self.cache.save(data)
-
-    def _export_without_pending(self) -> dict[str, Any]:
-        state = self.policy.export_state()
-        state["grants"] = {k: v for k, v in state.get("grants", {}).items() if not k.startswith(PENDING_PREFIX)}
-        for b in state.get("balloons", []):
-            b["members"] = {k: v for k, v in b.get("members", {}).items() if not k.startswith(PENDING_PREFIX)}
-        return state
+        self.cache.save_encoded(payload.encode())
 
     def placements(self) -> dict[str, tuple[str | None, str | None]]:
         """Container id -> (cpuset cpus, cpuset mems) as the policy wants them now."""
@@ -238,28 +287,19 @@ class ResourceManager:
 
     # -- relay entry points besides the hook protocol ---------------------------------------------
     def sync(self, pods: list[Any], containers: list[Any]) -> list[ContainerUpdate]:
-        """Called by the relay at startup with the runtime's listing (see sync_with_runtime).
-
-        The relay ignores the return value, so the updates are also queued and handed
-        out with the next ``before`` call (updates are idempotent if sent twice).
-        """
-        updates = self.sync_with_runtime(pods, containers)
-        with self._lock:
-            self._deferred.extend(updates)
-        return updates
+        """Called by the relay at startup with the runtime's listing (see sync_with_runtime);
+        the relay sends the returned updates."""
+        return self.sync_with_runtime(pods, containers)
 
     def reconfigure(self, config: dict[str, Any]) -> list[ContainerUpdate]:
-        """Called by the relay on SIGHUP with the re-read forced config; queues updates like ``sync``."""
+        """Called by the relay on SIGHUP with the re-read forced config; the relay sends the updates."""
         with self._lock:
-            updates = self._apply(config, "force-config")
-            self._deferred.extend(updates)
-        return updates
+            return self._apply(config, "force-config")
 
     # -- hook protocol --------------------------------------------------------------------------
     def before(self, method: str, request: Message) -> HookResult:
         with self._lock:
-            updates, self._deferred = self._deferred, []
-            updates += self._drop_failed_create()
+            updates = self._drop_failed_create()
             if method == "CreateContainer":
                 return self._before_create(request, updates)
             if method == "UpdateContainerResources":
@@ -293,12 +333,12 @@ class ResourceManager:
         pod = self.pods.get(request.pod_sandbox_id)
         container = container_from_create_request(request, pod)
         key = f"{PENDING_PREFIX}{next(self._seq)}"
-        old = self.policy.placements()
+        old = self.policy.group_state()
         self.policy.allocate(key, container)
         self._pending = key
         cpus, mems = self.policy.placement(key)
         if cpus is None and mems is None:
-            return HookResult(updates=updates + diff_placements(old, self.policy.placements(), skip=key))
+            return HookResult(updates=updates + diff_groups(self.policy, old, skip=key))
         new_request = type(request)()
         new_request.CopyFrom(request)
         resources = new_request.config.linux.resources
@@ -307,7 +347,7 @@ class ResourceManager:
         if mems is not None:
             resources.cpuset_mems = format_cpuset(mems)
         reason = f"{container.namespace}/{container.pod_name}/{container.name} created"
-        updates += diff_placements(old, self.policy.placements(), skip=key, reason=reason)
+        updates += diff_groups(self.policy, old, skip=key, reason=reason)
         return HookResult(request=new_request, updates=updates)
 
     def _after_create(self, request: Message, response: Message) -> list[ContainerUpdate]:
@@ -318,11 +358,11 @@ class ResourceManager:
             pod = self.pods.get(request.pod_sandbox_id)
             container = container_from_create_request(request, pod)
             container.id = cid
-            old = self.policy.placements()
+            old = self.policy.group_state()
             self.containers[cid] = container
             self.policy.allocate(cid, container)
             self.save()
-            return diff_placements(old, self.policy.placements(), skip=cid, reason="container adopted")
+            return diff_groups(self.policy, old, skip=cid, reason="container adopted")
         self.policy.rename(key, cid)
         container = self.policy.containers[cid]
         container.id = cid
@@ -335,9 +375,9 @@ class ResourceManager:
         if key is None:
             return []
         log.warning("CreateContainer did not succeed; releasing its allocation")
-        old = self.policy.placements()
+        old = self.policy.group_state()
         self.policy.release(key)
-        return diff_placements(old, self.policy.placements(), reason="failed create released")
+        return diff_groups(self.policy, old, reason="failed create released")
 
     def _enforce_update(self, request: Message) -> Message | None:
         cid = request.container_id
@@ -357,7 +397,7 @@ class ResourceManager:
     def _release(self, cids: list[str], *, forget: bool, reason: str) -> list[ContainerUpdate]:
         if not cids:
             return []
-        old = self.policy.placements()
+        old = self.policy.group_state()
         changed = False
         for cid in cids:
             if cid in self.policy.containers:
@@ -367,7 +407,7 @@ class ResourceManager:
                 changed = True
         if changed:
             self.save()
-        return diff_placements(old, self.policy.placements(), reason=reason)
+        return diff_groups(self.policy, old, reason=reason)
 
     # -- configuration --------------------------------------------------------------------------------
     def set_config(self, config: dict[str, Any], *, source: str = "agent") -> list[ContainerUpdate]:

@@ -10,7 +10,7 @@ parent (``/kubepods/burstable/pod<uid>``, ``kubepods-besteffort-pod<uid>.slice``
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 QOS_GUARANTEED = "Guaranteed"
@@ -42,7 +42,8 @@ class PodInfo:
         return qos_from_cgroup_parent(self.cgroup_parent)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Shallow: the cache serialises it at once (dataclasses.asdict deep-copies, ~30x slower).
+        return dict(self.__dict__)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PodInfo:
@@ -70,7 +71,7 @@ class ContainerInfo:
         return self.namespace == KUBE_SYSTEM
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(self.__dict__)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ContainerInfo:

@@ -238,6 +238,15 @@ class BalloonsPolicy(Policy):
                 cpus if self.pin_cpu else None, self.topology.nodes_of(cpus) if self.pin_memory else None)
         return placement
 
+    def group_of(self, cid: str) -> str | None:
+        grant = self.grants.get(cid)
+        return None if grant is None else grant.pool
+
+    def group_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {name: b.cpus for name, b in self.balloons.items()}
+        state[RESERVED] = self.reserved
+        return state
+
     def exclusive_sets(self) -> dict[str, frozenset[int]]:
         return {name: b.cpus for name, b in self.balloons.items() if b.cpus}
 

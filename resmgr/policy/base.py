@@ -138,6 +138,7 @@ class Policy:
     sysfs_root: str = "/"
     containers: dict[str, ContainerInfo] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
+    members: dict[str, set[str]] = field(default_factory=dict)  # group -> container ids
 
     def __post_init__(self) -> None:
         self.setup()
@@ -170,8 +171,10 @@ class Policy:
         self.containers[cid] = container
         if grant is not None:
             self.grants[cid] = grant
+        self._index(cid, add=True)
 
     def release(self, cid: str) -> None:
+        self._index(cid, add=False)
         self.containers.pop(cid, None)
         grant = self.grants.pop(cid, None)
         if grant is not None:
@@ -179,17 +182,48 @@ class Policy:
 
     def rename(self, old: str, new: str) -> None:
         """Re-key a container (a pending allocation gets the runtime's id)."""
+        self._index(old, add=False)
         if old in self.containers:
             self.containers[new] = self.containers.pop(old)
         if old in self.grants:
             self.grants[new] = self.grants.pop(old)
         self.on_rename(old, new)
+        self._index(new, add=True)
+
+    def _index(self, cid: str, *, add: bool) -> None:
+        key = self.group_of(cid) if cid in self.containers else None
+        if key is None:
+            return
+        if add:
+            self.members.setdefault(key, set()).add(cid)
+        else:
+            group = self.members.get(key)
+            if group is not None:
+                group.discard(cid)
+                if not group:
+                    del self.members[key]
 
     def on_rename(self, old: str, new: str) -> None:
         """Subclasses that index containers elsewhere re-key them here."""
 
     def placements(self) -> dict[str, Placement]:
         return {cid: self.placement(cid) for cid in self.containers}
+
+    # -- change tracking -------------------------------------------------------------------
+    # Containers whose placement follows a shared pool or balloon belong to a group; a
+    # group's state object is replaced whenever its placement may have changed. Diffing
+    # a handful of group states is much cheaper than diffing every container's placement.
+    def group_of(self, cid: str) -> str | None:
+        """The group whose changes move ``cid``'s placement (None: only its own grant does)."""
+        return None
+
+    def group_state(self) -> dict[str, Any]:
+        return {}
+
+    def rebuild_members(self) -> None:
+        self.members = {}
+        for cid in self.containers:
+            self._index(cid, add=True)
 
     def exclusive_sets(self) -> dict[str, frozenset[int]]:
         """CPUs owned by exactly one container (or balloon) each: used for invariants."""
@@ -215,3 +249,4 @@ class Policy:
                 raise RestoreError(f"cached exclusive CPUs of {cid} overlap another container")
             owned |= g.exclusive
         self.restore_extra(state)
+        self.rebuild_members()

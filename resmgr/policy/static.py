@@ -61,6 +61,13 @@ class StaticPolicy(Policy):
             return (grant.exclusive, None)
         return self._shared_placement
 
+    def group_of(self, cid: str) -> str | None:
+        grant = self.grants.get(cid)
+        return None if grant is not None and grant.exclusive else SHARED
+
+    def group_state(self) -> dict[str, Any]:
+        return {SHARED: self._shared_placement}
+
     def restore_extra(self, data: dict[str, Any]) -> None:
         self._exclusive = set()
         for cid, g in self.grants.items():

@@ -259,6 +259,15 @@ class TopologyAwarePolicy(Policy):
             cpus = cpus | self._shared[pool.name]
         return self._pin(cpus, pool.mems)
 
+    def group_of(self, cid: str) -> str | None:
+        grant = self.grants.get(cid)
+        if grant is None or (grant.exclusive and not grant.shared_milli):
+            return None
+        return grant.pool
+
+    def group_state(self) -> dict[str, Any]:
+        return {**self._pool_placement, RESERVED: self._reserved_placement}
+
     def restore_extra(self, data: dict[str, Any]) -> None:
         self._taken = set()
         self._direct = {name: 0 for name in self.pools}
