@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fixtures.seed_configs import SEED_BALLOONS, SEED_FALLBACK, SEED_TOPOLOGY_AWARE, UPSTREAM_BALLOONS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,81 +14,6 @@ from resmgr.config import (
     validate_config_sections,
     validate_config_text,
 )
-
-# The dynamic config of the seed project's example shoot (examples/shoot2.yaml), as written.
-SEED_BALLOONS = """\
-policy:
-  Active: balloons
-  AvailableResources:
-    CPU: cpuset:1-15
-  ReservedResources:
-    CPU: cpuset:15
-  balloons:
-    BalloonTypes:
-      - Name: "mediumBalloon"
-        MinCPUs: 3
-        MaxCPUs: 3
-        MinBalloons: 2
-instrumentation:
-  HTTPEndpoint: :8891
-  PrometheusExport: true
-"""
-
-SEED_FALLBACK = """\
-policy:
-  Active: balloons
-logger:
-  Debug: resource-manager,cache,policy,resource-control,config-server
-  Klog:
-    skip_headers: true
-"""
-
-SEED_TOPOLOGY_AWARE = """\
-policy:
-  Active: topology-aware
-  ReservedResources:
-    CPU: 750m
-logger:
-  Debug: resource-manager,cache,policy,resource-control
-dump:
-  Config: off:.*,full:((Create)|(Remove)|(Run)|(Update)|(Start)|(Stop)).*
-"""
-
-# cri-resource-manager's sample-configs/balloons-policy.cfg (upstream sample, lower/upper case mix).
-UPSTREAM_BALLOONS = """\
-policy:
-  Active: balloons
-  AvailableResources:
-    CPU: cpuset:1-15
-  ReservedResources:
-    CPU: cpuset:15
-  balloons:
-    PinCPU: true
-    PinMemory: true
-    IdleCPUClass: idle
-    BalloonTypes:
-      - Name: "full-core-turbo"
-        MinCPUs: 2
-        MaxCPUs: 2
-        CPUClass: "turbo"
-        Namespaces:
-          - "highperf"
-        AllocatorPriority: 2
-        MinBalloons: 2
-        PreferNewBalloons: true
-        PreferSpreadingPods: false
-      - Name: "socket-size"
-        MaxCPUs: 8
-        AllocatorPriority: 2
-        Namespaces:
-          - "default"
-        CPUClass: "normal"
-instrumentation:
-  HTTPEndpoint: :8891
-  PrometheusExport: true
-logger:
-  Debug: policy
-"""
 
 TOPOLOGY_AWARE_FULL = """\
 policy:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fixtures.seed_configs import SEED_BALLOONS, UPSTREAM_BALLOONS
 from policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
 
 from resmgr.config import POLICY_NAMES, ConfigError, validate_config_text
@@ -153,22 +154,6 @@ def test_available_resources_limit_everything(topologies: dict[str, Topology]) -
 
 # -- balloons -----------------------------------------------------------------------------------
 
-SEED_BALLOONS = """\
-policy:
-  Active: balloons
-  AvailableResources:
-    CPU: cpuset:1-15
-  ReservedResources:
-    CPU: cpuset:15
-  balloons:
-    BalloonTypes:
-      - Name: "mediumBalloon"
-        MinCPUs: 3
-        MaxCPUs: 3
-        MinBalloons: 2
-"""
-
-
 def test_seed_balloons_example(topologies: dict[str, Topology]) -> None:
     p = policy_from_yaml(SEED_BALLOONS, topologies["2s-2n-16c-2t"])
     medium = [b for b in p.balloons.values() if b.type == "mediumBalloon"]
@@ -182,6 +167,18 @@ def test_seed_balloons_example(topologies: dict[str, Topology]) -> None:
     p.allocate("d", burstable("d", 1500))
     cpus = p.placement("d")[0]
     assert len(cpus) == 2 and cpus <= parse_cpuset("1-14")
+
+
+def test_upstream_balloons_sample(topologies: dict[str, Topology]) -> None:
+    p = policy_from_yaml(UPSTREAM_BALLOONS, topologies["8numa-256"])
+    turbo = [b for b in p.balloons.values() if b.type == "full-core-turbo"]
+    assert len(turbo) == 2 and all(len(b.cpus) == 2 for b in turbo)
+    p.allocate("hp", burstable("hp", 1000, ns="highperf"))
+    assert p.balloons[p.grants["hp"].pool].type == "full-core-turbo"
+    p.allocate("web", burstable("web", 3000, ns="default"))
+    assert p.balloons[p.grants["web"].pool].type == "socket-size"
+    for cpus, _ in p.placements().values():
+        assert cpus <= parse_cpuset("1-14")
 
 
 def test_balloons_grow_and_shrink(topologies: dict[str, Topology]) -> None:

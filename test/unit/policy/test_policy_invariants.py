@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from fixtures.seed_configs import SEED_BALLOONS
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -53,21 +54,9 @@ policy:
   ReservedResources:
     cpu: cpuset:0,64
 """),
-    "balloons-seed": ("2s-2n-16c-2t", """\
-policy:
-  Active: balloons
-  AvailableResources:
-    CPU: cpuset:1-15
-  ReservedResources:
-    CPU: cpuset:15
-  balloons:
-    BalloonTypes:
-      - Name: "mediumBalloon"
-        MinCPUs: 3
-        MaxCPUs: 3
-        MinBalloons: 2
-        Namespaces: [medium]
-"""),
+    # The seed project's example, with its balloon type also selected by namespace.
+    "balloons-seed": ("2s-2n-16c-2t", SEED_BALLOONS.replace(
+        "        MinBalloons: 2\n", "        MinBalloons: 2\n        Namespaces: [medium]\n")),
     "balloons-8numa": ("8numa-256", """\
 policy:
   Active: balloons
