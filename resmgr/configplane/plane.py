@@ -89,6 +89,8 @@ class ConfigPlane:
         self.force_config = force_config
         self.agent_disabled = agent_disabled or bool(force_config)
         self.status = ConfigStatus(source=initial_source)
+        self._adjustment_specs: dict[str, Any] = {}
+        self._adjustment_node = node_name
         # One config change at a time: the agent, SIGHUP and adjustments never interleave.
         self._lock = threading.Lock()
 
@@ -164,32 +166,43 @@ class ConfigPlane:
             error = self._check_node(node_name)
             if error:
                 return {}, error
-            node = node_name or self.node_name
-            try:
-                containers = self.applier.list_containers()
-            except Exception as exc:
-                log.exception("listing containers for adjustments failed")
-                return {}, f"internal error while listing containers: {exc}"
-            plan = plan_adjustments(node, specs, containers)
-            by_id = {c.id: c for c in containers}
-            try:
-                failures = self.applier.apply_adjustments(plan.overrides)
-            except Exception as exc:
-                log.exception("applying adjustments failed")
-                return plan.outcomes, f"internal error while applying adjustments: {exc}"
-            for cid, problem in failures.items():
-                override = plan.overrides.get(cid)
-                outcome = plan.outcomes.get(override.adjustment) if override else None
-                if outcome is None:
-                    continue
-                if cid in outcome.applied:
-                    outcome.applied.remove(cid)
-                name = by_id[cid].pretty if cid in by_id else cid
-                outcome.container_errors[name] = problem
-            self.status.adjustments = plan.outcomes
-            for name, outcome in plan.outcomes.items():
-                level = logging.WARNING if outcome.error or outcome.container_errors else logging.INFO
-                log.log(level, "adjustment %s: applied to %d containers", name, len(outcome.applied),
-                        extra={"adjustment": name, "error": outcome.error,
-                               "container_errors": outcome.container_errors})
-            return plan.outcomes, ""
+            self._adjustment_specs = dict(specs)
+            self._adjustment_node = node_name or self.node_name
+            return self._apply_adjustments(quiet=False)
+
+    def refresh_adjustments(self) -> None:
+        """Apply the current adjustments to containers that appeared since they arrived (no-op without any)."""
+        with self._lock:
+            if self._adjustment_specs:
+                self._apply_adjustments(quiet=True)
+
+    def _apply_adjustments(self, *, quiet: bool) -> tuple[dict[str, AdjustmentOutcome], str]:
+        try:
+            containers = self.applier.list_containers()
+        except Exception as exc:
+            log.exception("listing containers for adjustments failed")
+            return {}, f"internal error while listing containers: {exc}"
+        plan = plan_adjustments(self._adjustment_node, self._adjustment_specs, containers)
+        by_id = {c.id: c for c in containers}
+        try:
+            failures = self.applier.apply_adjustments(plan.overrides)
+        except Exception as exc:
+            log.exception("applying adjustments failed")
+            return plan.outcomes, f"internal error while applying adjustments: {exc}"
+        for cid, problem in failures.items():
+            override = plan.overrides.get(cid)
+            outcome = plan.outcomes.get(override.adjustment) if override else None
+            if outcome is None:
+                continue
+            if cid in outcome.applied:
+                outcome.applied.remove(cid)
+            outcome.container_errors[by_id[cid].pretty if cid in by_id else cid] = problem
+        self.status.adjustments = plan.outcomes
+        for name, outcome in plan.outcomes.items():
+            problem = bool(outcome.error or outcome.container_errors)
+            if quiet and not problem:
+                continue
+            log.log(logging.WARNING if problem else logging.INFO, "adjustment %s: applied to %d containers", name,
+                    len(outcome.applied), extra={"adjustment": name, "error": outcome.error,
+                                                 "container_errors": outcome.container_errors})
+        return plan.outcomes, ""

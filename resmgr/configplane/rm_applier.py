@@ -24,10 +24,6 @@ log = logging.getLogger("resmgr.configplane")
 UpdateSender = Callable[[list[ContainerUpdate], str], None]
 ConfigListener = Callable[[dict[str, Any], str], None]
 
-# The ContainerInfo fields an override replaces.
-_ADJUSTED_FIELDS = ("request_milli", "limit_milli", "memory_limit", "qos")
-
-
 class ResourceManagerApplier:
     """Applies configs and adjustments to a ResourceManager.
 
@@ -40,8 +36,8 @@ class ResourceManagerApplier:
         self.rm = rm
         self.send_updates = send_updates
         self.on_applied = on_applied
-        # container id -> the container's own values before any override, to restore them.
-        self._originals: dict[str, dict[str, Any]] = {}
+        # container id -> the override in effect. The resource manager's own ContainerInfo keeps the
+        # container's real resources (and is what is cached); only the policy sees the adjusted ones.
         self._active: dict[str, ContainerOverride] = {}
 
     def apply_config(self, config: dict[str, Any], source: str, *, forced: bool = False) -> str | None:
@@ -66,33 +62,28 @@ class ResourceManagerApplier:
         with self.rm._lock:
             policy = self.rm.policy
             old = policy.placements()
-            changed = set(overrides) | set(self._active)
-            for cid in sorted(changed):
+            for cid in sorted(set(overrides) | set(self._active)):
                 container = self.rm.containers.get(cid)
+                override = overrides.get(cid)
                 if container is None or cid not in policy.containers:
-                    self._originals.pop(cid, None)
                     self._active.pop(cid, None)
-                    if cid in overrides:
+                    if override is not None:
                         errors[cid] = "container is not running"
                     continue
-                override = overrides.get(cid)
                 if override == self._active.get(cid):
                     continue
-                original = self._originals.setdefault(cid, {f: getattr(container, f) for f in _ADJUSTED_FIELDS})
-                target = replace(container, **original) if override is None else adjusted(container, original,
-                                                                                           override)
+                target = container if override is None else adjusted(container, override)
                 try:
                     policy.release(cid)
                     policy.allocate(cid, target)
-                except Exception as exc:  # the policy could not place it: restore the container as it was
+                except Exception as exc:  # the policy could not place it: put the container back as it was
                     log.error("adjustment of %s failed: %s", cid, exc)
                     errors[cid] = f"the {policy.name} policy could not apply it: {exc}"
                     policy.release(cid)
                     policy.allocate(cid, container)
+                    self._active.pop(cid, None)
                     continue
-                self.rm.containers[cid] = target
                 if override is None:
-                    self._originals.pop(cid, None)
                     self._active.pop(cid, None)
                 else:
                     self._active[cid] = override
@@ -102,10 +93,10 @@ class ResourceManagerApplier:
         return errors
 
 
-def adjusted(container: Any, original: dict[str, Any], override: ContainerOverride) -> Any:
-    """The container as the policy should see it under ``override`` (unset fields keep the original)."""
-    request = original["request_milli"] if override.request_milli is None else override.request_milli
-    limit = original["limit_milli"] if override.limit_milli is None else override.limit_milli
-    memory = original["memory_limit"] if override.memory_limit is None else override.memory_limit
+def adjusted(container: Any, override: ContainerOverride) -> Any:
+    """The container as the policy should see it under ``override`` (unset fields keep its own values)."""
+    request = container.request_milli if override.request_milli is None else override.request_milli
+    limit = container.limit_milli if override.limit_milli is None else override.limit_milli
+    memory = container.memory_limit if override.memory_limit is None else override.memory_limit
     return replace(container, request_milli=request, limit_milli=limit, memory_limit=memory,
                    qos=qos_from_resources(request, limit, memory))

@@ -73,6 +73,7 @@ class PlaneNode:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.resmgr: Process | None = None
+        self.pod_of: dict[str, str] = {}
         self.agent: Process | None = None
 
     # processes ----------------------------------------------------------------------------
@@ -139,18 +140,27 @@ class PlaneNode:
                                                 field_selector=f"involvedObject.name={self.name}").items
         return sorted(items, key=lambda e: (e.metadata.creation_timestamp, e.metadata.resource_version))
 
-    def run_container(self, name: str, namespace: str = "default", **resources: Any) -> str:
+    def run_container(self, name: str, namespace: str = "default", pod: str | None = None, **resources: Any) -> str:
         """Run a pod with one container through the relay socket (as kubelet would); returns the container id."""
-        pod_cfg = write_json(self.dir / f"{name}-pod.json", make_pod_config(name, namespace=namespace))
+        pod = pod or name
+        pod_cfg = write_json(self.dir / f"{pod}-pod.json", make_pod_config(pod, namespace=namespace))
         ctr_cfg = write_json(self.dir / f"{name}-ctr.json", make_container_config(name, **resources))
         ep = "unix://" + self.relay_socket
         try:
             pod_id = self.containerd.crictl("runp", pod_cfg, endpoint=ep).stdout.strip()
             cid = self.containerd.crictl("create", pod_id, ctr_cfg, pod_cfg, endpoint=ep).stdout.strip()
             self.containerd.crictl("start", cid, endpoint=ep)
+            self.pod_of[cid] = pod_id
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}\n{self.logs()}") from None
         return cid
+
+    def remove_pod_of(self, container_id: str) -> None:
+        """Stop and remove a container's pod through the relay, as kubelet would."""
+        ep = "unix://" + self.relay_socket
+        pod_id = self.pod_of[container_id]
+        self.containerd.crictl("stopp", pod_id, endpoint=ep)
+        self.containerd.crictl("rmp", pod_id, endpoint=ep)
 
     def probe(self) -> subprocess.CompletedProcess:
         return subprocess.run([str(BIN / "cri-resmgr-agent-probe"), "-query", "config-status",

@@ -14,6 +14,7 @@ import threading
 
 from resmgr.cli import build_parser
 from resmgr.configplane import start_config_plane
+from resmgr.configplane.hook import AdjustingHook
 from resmgr.configplane.rm_applier import ResourceManagerApplier
 from resmgr.dump import Dumper
 from resmgr.logsetup import parse_debug_modules, set_debug_modules, setup_logging
@@ -29,7 +30,8 @@ def main(argv: list[str]) -> int:
     rm = ResourceManager.from_options(relay_dir=args.relay_dir, fallback_config=args.fallback_config,
                                       force_config=args.force_config, cache_fsync=False)
     settings = settings_from_config(rm.config, rm.config_source)
-    relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket, hook=rm,
+    hook = AdjustingHook(rm)  # re-applies Adjustments to containers that start later
+    relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket, hook=hook,
                   dumper=Dumper(settings.dump), pid_file=args.pid_file or None)
 
     def on_applied(config: dict, source: str) -> None:
@@ -47,6 +49,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGHUP, lambda *_: hup.set())
     relay.start()
     plane = start_config_plane(args, applier, initial_source=rm.config_source)
+    hook.plane = plane.plane
     while not stop.wait(0.2):
         if hup.is_set():
             hup.clear()

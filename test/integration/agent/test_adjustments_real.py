@@ -56,6 +56,13 @@ def test_adjustment_moves_a_running_container_and_a_conflict_is_reported(plane_n
     wait_for(lambda: node.containerd.cgroup_cpuset(web) == "1", "web pinned again")
     assert wait_for(lambda: node_errors(node.custom, "pin-web", node.name) == {}, "pin-web errors cleared")
 
+    # A container that starts later in the adjustment's scope gets the override too.
+    node.remove_pod_of(web)
+    wait_for(lambda: node.containerd.cgroup_cpuset(side) == "0-1", "the exclusive CPU was given back")
+    new_web = node.run_container("web", pod="web-v2")
+    wait_for(lambda: node.containerd.cgroup_cpuset(new_web) == "1", f"the new web is pinned\n{node.logs()}")
+    assert node.containerd.cgroup_cpuset(side) == "0"
+
 
 def test_invalid_adjustment_spec_is_reported_in_status(plane_node):
     node = plane_node(fallback=STATIC_RESERVED_0)

@@ -126,3 +126,17 @@ def test_a_live_socket_is_not_taken_over(config_server):
     plane = ConfigPlane(RecordingApplier())
     with pytest.raises(Exception, match="another process|serving"):
         serve_config(plane, sock)
+
+
+def test_refresh_applies_current_adjustments_to_new_containers():
+    applier = RecordingApplier([])
+    plane = ConfigPlane(applier, node_name="n1")
+    plane.refresh_adjustments()  # nothing yet: no-op
+    spec = '{"scope": [{"containers": [{"key": "name", "operator": "Equals", "values": ["web"]}]}], ' \
+           '"resources": {"requests": {"cpu": "1"}}}'
+    outcomes, _ = plane.set_adjustments("n1", {"prod/a": spec})
+    assert outcomes["prod/a"].applied == [] and applier.overrides == {}
+    applier.containers.append(ContainerView(id="c9", name="web", namespace="prod", pod_name="web-1"))
+    plane.refresh_adjustments()
+    assert applier.overrides["c9"].adjustment == "prod/a"
+    assert plane.status.adjustments["prod/a"].applied == ["c9"]
