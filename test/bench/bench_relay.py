@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import os
 import shlex
+import shutil
 import statistics
 import tempfile
 import time
@@ -177,3 +178,4 @@ def test_bench_relay(containerd):
         relay_ch.close()
         relay.stop()
         containerd.remove_all()
+        shutil.rmtree(workdir, ignore_errors=True)

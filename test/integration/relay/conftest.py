@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ def relay(containerd) -> Iterator[RelayProcess]:
     finally:
         proc.stop()
         containerd.remove_all()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(params=["splice", "grpc"])
@@ -52,3 +54,4 @@ def inproc_relay(request, containerd) -> Iterator[Callable[..., Relay]]:
     for relay in relays:
         relay.stop(grace=1)
     containerd.remove_all()
+    shutil.rmtree(workdir, ignore_errors=True)

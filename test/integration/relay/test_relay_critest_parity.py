@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -53,3 +54,4 @@ def test_critest_parity(tools, containerd):
         differences = {k: (direct.get(k), relayed.get(k)) for k in direct.keys() | relayed.keys()
                        if direct.get(k) != relayed.get(k)}
         assert not differences, f"critest results differ (direct, {transport}): {json.dumps(differences, indent=1)}"
+    shutil.rmtree(workdir, ignore_errors=True)  # kept for inspection when the comparison fails

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from integration.relay.relay_process import RelayProcess, SocketPump, answers_ve
 def workdir():
     path = Path(tempfile.mkdtemp(prefix="relay-lc-", dir="/tmp"))
     yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def wait_for(check, what: str, timeout: float = 30) -> None:
