@@ -46,19 +46,20 @@ def test_sigterm_drains_in_flight_calls(containerd, workdir, tmp_path):
                                 pod_cfg, endpoint=ep).stdout.strip()
         containerd.crictl("start", cid, endpoint=ep)
         result: dict[str, object] = {}
+        marker = f"relay-drain-{os.getpid()}-{time.monotonic_ns()}"
 
         def slow_exec() -> None:
             with grpc.insecure_channel(ep) as channel:
                 try:
+                    command = ["sh", "-c", f"sleep 2; echo drained; : {marker}"]
                     result["response"] = api_pb2_grpc.RuntimeServiceStub(channel).ExecSync(
-                        api_pb2.ExecSyncRequest(container_id=cid, cmd=["sh", "-c", "sleep 2; echo drained"]),
-                        timeout=60)
+                        api_pb2.ExecSyncRequest(container_id=cid, cmd=command), timeout=60)
                 except grpc.RpcError as err:
                     result["error"] = err
         caller = threading.Thread(target=slow_exec)
         caller.start()
         # SIGTERM once the call is inside the runtime (the exec'd process shows up under the shim).
-        wait_for(lambda: b"sleep 2" in subprocess.run(["ps", "-eo", "args"], capture_output=True).stdout,
+        wait_for(lambda: marker.encode() in subprocess.run(["ps", "-eo", "args"], capture_output=True).stdout,
                  "the exec to start")
         relay.signal(signal.SIGTERM)
         caller.join(60)
