@@ -144,7 +144,7 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
                     return 1
                 # Kubelet may still point at the relay from an earlier rollout (say this one ships a
                 # cri-resmgr that does not start): keep supervising, so it falls back to containerd.
-                if supervisor is None and installer._journal().get(KUBELET_TARGET) == "relay":
+                if supervisor is None and installer.journal().get(KUBELET_TARGET) == "relay":
                     supervisor = Supervisor(installer, sup_settings, report)
                 if supervisor is not None:
                     _supervise(supervisor, args, ready_override=f"install failed: {exc}")

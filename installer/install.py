@@ -11,6 +11,7 @@ Every step is idempotent and a kill at any point converges on the next run, beca
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -85,11 +86,8 @@ class NodeInstaller:
         except ValueError:
             return a == b
 
-    def _journal(self) -> Journal:
+    def journal(self) -> Journal:
         return Journal.load(self.host)
-
-    def _set_pending(self, journal: Journal, key: str) -> None:
-        journal.set(key, True)
 
     def _kubelet_file_endpoint(self) -> str:
         unit = load_kubelet_unit(self.host)
@@ -124,9 +122,9 @@ class NodeInstaller:
     def learn_runtime_endpoint(self, journal: Journal) -> str:
         """The endpoint kubelet used before us: that is where the relay forwards to."""
         known = journal.get(RUNTIME_ENDPOINT)
-        current = self._kubelet_file_endpoint()
         if known:
             return known
+        current = self._kubelet_file_endpoint()
         if self.same_endpoint(current, node_files.RELAY_ENDPOINT):
             raise KubeletLayoutError(f"kubelet already points at {node_files.RELAY_ENDPOINT} but the installer "
                                      "has no record of the runtime endpoint it used before; fix kubelet's "
@@ -145,17 +143,14 @@ class NodeInstaller:
         return [p for p, data in files.items() if journal.put_file(p, data, group=group)]
 
     def install(self, static: StaticConfig) -> InstallReport:
-        journal = self._journal()
+        journal = self.journal()
         journal.set(PHASE, "installing")
         runtime = self.learn_runtime_endpoint(journal)
         try:
             log.info("container runtime answers: %s", cri_version(self.host, runtime), extra={"endpoint": runtime})
         except CriUnavailable as exc:
             raise InstallError(f"the container runtime does not answer, not installing the relay: {exc}") from exc
-        settings = self.settings.unit or node_files.UnitSettings(runtime_endpoint=runtime)
-        if settings.runtime_endpoint != runtime:
-            settings = node_files.UnitSettings(runtime, settings.runtime_unit, settings.restart_sec,
-                                               settings.start_limit_interval_s, settings.start_limit_burst)
+        settings = dataclasses.replace(self.settings.unit or node_files.UnitSettings(runtime), runtime_endpoint=runtime)
         changed: list[str] = []
 
         # 1. The executable, checksum verified, atomic rename.
@@ -239,7 +234,7 @@ class NodeInstaller:
 
     def point_kubelet_at_relay(self, journal: Journal | None = None) -> tuple[list[str], bool]:
         """Repoint kubelet (if needed) and verify. Returns (files changed, kubelet restarted)."""
-        journal = journal or self._journal()
+        journal = journal or self.journal()
         cri_version(self.host, node_files.RELAY_ENDPOINT)  # never point kubelet at a silent socket
         unit = load_kubelet_unit(self.host)
         plan = plan_repoint(self.host, unit, node_files.RELAY_ENDPOINT, self.same_endpoint)
@@ -251,7 +246,7 @@ class NodeInstaller:
         failpoints.hit("kubelet-files-written")
         running, _ = self.kubelet_running_endpoint()
         if journal.get(PENDING_KUBELET_RESTART) or not self.same_endpoint(running, node_files.RELAY_ENDPOINT):
-            self._set_pending(journal, PENDING_KUBELET_RESTART)
+            journal.set(PENDING_KUBELET_RESTART, True)
             self._restart_kubelet_and_verify(journal, node_files.RELAY_ENDPOINT)
             failpoints.hit("kubelet-restarted")
             return changed, True
@@ -260,7 +255,7 @@ class NodeInstaller:
 
     def point_kubelet_at_runtime(self, reason: str, journal: Journal | None = None) -> list[str]:
         """Give kubelet its original files back (its original runtime endpoint) and verify."""
-        journal = journal or self._journal()
+        journal = journal or self.journal()
         runtime = journal.get(RUNTIME_ENDPOINT)
         journal.set(KUBELET_TARGET, "runtime")
         journal.set(PENDING_KUBELET_RESTART, True)
@@ -274,7 +269,7 @@ class NodeInstaller:
     # ----- uninstall -------------------------------------------------------------------------
     def uninstall(self) -> list[str]:
         """Reverse everything, in the order: kubelet, unit, cri-resmgr state, files."""
-        journal = self._journal()
+        journal = self.journal()
         if not journal.exists:
             leftovers = [p for p in (node_files.UNIT_FILE, node_files.BINARY) if self.host.exists(p)]
             if leftovers:

@@ -112,7 +112,7 @@ class Supervisor:
         self.installer = installer
         self.settings = settings
         self.report = report  # readiness, told before an action starts (a fallback takes seconds)
-        target = installer._journal().get(KUBELET_TARGET, "relay")
+        target = installer.journal().get(KUBELET_TARGET, "relay")
         self.state = SupervisorState(on_relay=target == "relay", last_answer=time.monotonic())
 
     def check(self) -> Health:
