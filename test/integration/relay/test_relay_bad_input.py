@@ -208,3 +208,23 @@ def test_garbage_on_the_socket_does_not_hurt_the_relay(relay_ep, junk, with_pref
         except OSError:
             pass  # the runtime (or relay) hanging up on garbage is the right answer
     assert version_ok(ep)
+
+
+def test_metadata_reaches_the_runtime(containerd, relay_ep):
+    """containerd's own image API picks its namespace from request metadata: relayed, it must see it."""
+    _, ep = relay_ep
+    path = "/containerd.services.images.v1.Images/List"
+
+    def call(endpoint: str, metadata):
+        with grpc.insecure_channel(endpoint) as channel:
+            try:
+                return grpc.StatusCode.OK, channel.unary_unary(path)(b"", metadata=metadata, timeout=10)
+            except grpc.RpcError as err:
+                return err.code(), err.details()
+    with_ns = call(ep, (("containerd-namespace", "k8s.io"),))
+    assert with_ns[0] == grpc.StatusCode.OK and containerd.busybox_image.encode() in with_ns[1]
+    direct = call(containerd.endpoint, (("containerd-namespace", "k8s.io"),))
+    # containerd lists images in no fixed order, so compare sizes, not bytes.
+    assert direct[0] == grpc.StatusCode.OK and len(direct[1]) == len(with_ns[1])
+    without = call(ep, None)
+    assert without[0] != grpc.StatusCode.OK and without == call(containerd.endpoint, None)
