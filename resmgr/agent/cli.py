@@ -107,8 +107,8 @@ class Agent:
             custom = client.CustomObjectsApi(api)
             self.watchers.append(ListWatcher(
                 "adjustments", custom.list_namespaced_custom_object, self.state.replace_adjustments,
-                self.state.adjustment_event, self.stop_event, group=ADJUSTMENT_GROUP, version=ADJUSTMENT_VERSION,
-                namespace=args.namespace, plural=ADJUSTMENT_PLURAL))
+                self.state.adjustment_event, self.stop_event, optional=True, group=ADJUSTMENT_GROUP,
+                version=ADJUSTMENT_VERSION, namespace=args.namespace, plural=ADJUSTMENT_PLURAL))
         self.server = serve_agent(AgentServicer(api, node, self.health), args.agent_socket)
 
     def health(self, query: str) -> str:

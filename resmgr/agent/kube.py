@@ -19,6 +19,7 @@ ADJUSTMENT_GROUP = "criresmgr.intel.com"
 ADJUSTMENT_VERSION = "v1alpha1"
 ADJUSTMENT_PLURAL = "adjustments"
 WATCH_TIMEOUT_S = 300
+OPTIONAL_RETRY_S = 60.0
 
 
 class KubeConfigError(RuntimeError):
@@ -51,15 +52,19 @@ class ListWatcher:
     """List, then watch from the list's resourceVersion; relist on expiry or error, with backoff.
 
     ``on_list(items)`` replaces the whole view; ``on_event(type, obj)`` applies one change.
+    With ``optional``, a resource type the API server does not know (HTTP 404, e.g. a CRD
+    that is not installed) counts as synced and empty, and is looked for again periodically.
     """
 
     def __init__(self, what: str, list_fn: Callable[..., Any], on_list: Callable[[list[dict[str, Any]]], None],
-                 on_event: Callable[[str, dict[str, Any]], None], stop: threading.Event, **kwargs: Any) -> None:
+                 on_event: Callable[[str, dict[str, Any]], None], stop: threading.Event, *,
+                 optional: bool = False, **kwargs: Any) -> None:
         self.what = what
         self.list_fn = list_fn
         self.on_list = on_list
         self.on_event = on_event
         self.kwargs = kwargs
+        self.optional = optional
         self.stop = stop
         self.synced = threading.Event()
         self.last_error = ""
@@ -79,6 +84,16 @@ class ListWatcher:
                 backoff = 0.5
                 self._watch(rv)
             except ApiException as exc:
+                if exc.status == 404 and self.optional:
+                    if not self.synced.is_set() or self.last_error != "not served":
+                        log.warning("%s are not served by the API server (is the CRD installed?); "
+                                    "continuing without them and checking again every %ds", self.what,
+                                    int(OPTIONAL_RETRY_S))
+                    self.on_list([])
+                    self.last_error = "not served"
+                    self.synced.set()
+                    self.stop.wait(OPTIONAL_RETRY_S)
+                    continue
                 self._failed(f"HTTP {exc.status}: {exc.reason}")
             except Exception as exc:  # network trouble: relist after a pause
                 self._failed(str(exc) or type(exc).__name__)
