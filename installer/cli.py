@@ -40,8 +40,14 @@ install mode (default):
   Every change is journaled with backups in /var/lib/cri-resmgr-installer/ first;
   re-running converges. Then it supervises: if the unit fails or the relay does
   not answer for --relay-timeout seconds, kubelet goes back to containerd and the
-  probe reports not-ready with the reason; once the relay has been healthy for
-  --recover-after seconds, kubelet is pointed at it again.
+  probe reports not-ready with the reason. Kubelet is back on containerd within
+  one --check-interval plus a kubelet restart of the unit failing or stopping,
+  and within --relay-timeout + --check-interval + a kubelet restart of the relay
+  falling silent (about 36 s with the defaults). While on containerd, a failed
+  unit is restarted every --restart-backoff seconds; once the relay has been
+  healthy for --recover-after seconds, kubelet is pointed at it again (after
+  --max-fallbacks fallbacks within an hour it stays on containerd until the pod
+  restarts).
 
 uninstall mode (--mode uninstall or CRI_RESMGR_INSTALLER_MODE=uninstall; never
 on SIGTERM): kubelet back to containerd (verified), stop and disable the unit,
