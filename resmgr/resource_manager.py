@@ -93,28 +93,39 @@ def diff_placements(old: dict[str, Placement], new: dict[str, Placement], *, ski
 
 def diff_groups(policy: Any, old_state: dict[str, Any], *, skip: str = "",
                 reason: str = "") -> list[ContainerUpdate]:
-    """ContainerUpdates for members of the policy's groups (shared pools, balloons) that changed."""
+    """ContainerUpdates for members of the policy's groups (shared pools, balloons) that changed.
+
+    This runs on every decision, for up to all running containers, so it is kept tight:
+    members sharing one placement object get their cpuset strings formatted once.
+    """
     updates: list[ContainerUpdate] = []
-    formatted: dict[int, str | None] = {}  # members of a group share cpuset objects: format once
-
-    def fmt(cpus: frozenset[int] | None) -> str | None:
-        text = formatted.get(id(cpus), "")
-        if text == "":
-            text = formatted[id(cpus)] = _fmt(cpus)
-        return text
-
+    placement = policy.placement
     for key, now in policy.group_state().items():
         before = old_state.get(key)
         if before is now or before == now:
             continue
-        for cid in sorted(policy.members.get(key, ())):
-            if cid == skip or cid.startswith(PENDING_PREFIX):
+        members = policy.members.get(key)
+        if not members:
+            continue
+        common = policy.group_placement(key)
+        if common is not None:
+            cpus, mems = common
+            if cpus is not None or mems is not None:
+                c, m = _fmt(cpus), _fmt(mems)
+                updates += [ContainerUpdate(cid, c, m, reason) for cid in members if cid != skip]
+            continue
+        # id(placement) -> (placement, strings); holding the placement keeps its id from being reused.
+        memo: dict[int, tuple[Any, tuple[str | None, str | None] | None]] = {}
+        for cid in members:
+            if cid == skip:
                 continue
-            cpus, mems = policy.placement(cid)
-            if cpus is None and mems is None:
-                continue
-            updates.append(ContainerUpdate(container_id=cid, cpuset_cpus=fmt(cpus), cpuset_mems=fmt(mems),
-                                           reason=reason))
+            p = placement(cid)
+            hit = memo.get(id(p))
+            if hit is None:
+                cpus, mems = p
+                hit = memo[id(p)] = (p, None if cpus is None and mems is None else (_fmt(cpus), _fmt(mems)))
+            if hit[1] is not None:
+                updates.append(ContainerUpdate(cid, hit[1][0], hit[1][1], reason))
     return updates
 
 

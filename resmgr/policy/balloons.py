@@ -14,6 +14,7 @@ only BestEffort containers) runs its containers on the reserved CPUs.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,10 +65,23 @@ class Balloon:
     type: str
     cpus: frozenset[int] = frozenset()
     members: dict[str, int] = field(default_factory=dict)  # container id -> requested milli
+    pods: Counter = field(default_factory=Counter)  # pod id -> containers here (for pod affinity)
+    requested: int = 0  # sum of the members' requests
 
-    @property
-    def requested(self) -> int:
-        return sum(self.members.values())
+    def add(self, cid: str, milli: int, pod_id: str) -> None:
+        self.remove(cid, pod_id)
+        self.members[cid] = milli
+        self.pods[pod_id] += 1
+        self.requested += milli
+
+    def remove(self, cid: str, pod_id: str) -> None:
+        milli = self.members.pop(cid, None)
+        if milli is None:
+            return
+        self.requested -= milli
+        self.pods[pod_id] -= 1
+        if self.pods[pod_id] <= 0:
+            del self.pods[pod_id]
 
 
 class BalloonsPolicy(Policy):
@@ -163,16 +177,13 @@ class BalloonsPolicy(Policy):
 
         fits = [b for b in instances if capacity(b) >= c.request_milli]
         can_create = not t.max_balloons or len(instances) < t.max_balloons
-        if t.prefer_new and can_create and not any(
-                any(self.containers.get(m) and self.containers[m].pod_id == c.pod_id for m in b.members)
-                for b in fits):
+        if t.prefer_new and can_create and not any(c.pod_id in b.pods for b in fits):
             new = self._new_balloon(t)
             if new is not None:
                 return new
         if fits:
             def rank(b: Balloon) -> tuple:
-                same_pod = any(self.containers.get(m) is not None and self.containers[m].pod_id == c.pod_id
-                               for m in b.members)
+                same_pod = c.pod_id in b.pods
                 spare = len(b.cpus) * 1000 - b.requested
                 return (t.prefer_spreading_pods or not same_pod, spare < c.request_milli, -spare, b.name)
             return min(fits, key=rank)
@@ -203,14 +214,15 @@ class BalloonsPolicy(Policy):
         grant = self.grants[cid]
         balloon = self.balloons.get(grant.pool)
         if balloon is not None:
-            balloon.members[cid] = container.request_milli
+            balloon.add(cid, container.request_milli, container.pod_id)
             self._resize(balloon, self._target_size(balloon))
 
     def on_release(self, cid: str, grant: Grant) -> None:
         balloon = self.balloons.get(grant.pool)
         if balloon is None:
             return
-        balloon.members.pop(cid, None)
+        container = self.containers.get(cid)
+        balloon.remove(cid, container.pod_id if container is not None else "")
         t = self.types[balloon.type]
         if not balloon.members and len(self._instances(t.name)) > t.min_balloons:
             self._resize(balloon, 0)
@@ -227,7 +239,10 @@ class BalloonsPolicy(Policy):
         grant = self.grants.get(cid)
         if grant is None:
             return (None, None)
-        balloon = self.balloons.get(grant.pool)
+        return self.group_placement(grant.pool)
+
+    def group_placement(self, key: str) -> Placement:
+        balloon = self.balloons.get(key)
         cpus = balloon.cpus if balloon is not None and balloon.cpus else self.reserved
         # Memoised per cpuset: every container of a balloon shares one placement tuple.
         placement = self._placement_memo.get(cpus)
@@ -259,9 +274,10 @@ class BalloonsPolicy(Policy):
         free = set(self.available - self.reserved)
         try:
             for item in data.get("balloons", []):
-                members = {k: int(v) for k, v in item.get("members", {}).items() if k in self.grants}
-                b = Balloon(name=str(item["name"]), type=str(item["type"]),
-                            cpus=parse_cpuset(str(item["cpus"])), members=members)
+                b = Balloon(name=str(item["name"]), type=str(item["type"]), cpus=parse_cpuset(str(item["cpus"])))
+                for cid, milli in item.get("members", {}).items():
+                    if cid in self.grants and cid in self.containers:
+                        b.add(cid, int(milli), self.containers[cid].pod_id)
                 if b.type not in self.types:
                     raise RestoreError(f"cached balloon {b.name} has unknown type {b.type}")
                 if b.cpus - free:

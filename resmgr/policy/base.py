@@ -175,10 +175,10 @@ class Policy:
 
     def release(self, cid: str) -> None:
         self._index(cid, add=False)
-        self.containers.pop(cid, None)
         grant = self.grants.pop(cid, None)
         if grant is not None:
-            self.on_release(cid, grant)
+            self.on_release(cid, grant)  # may still look at self.containers[cid]
+        self.containers.pop(cid, None)
 
     def rename(self, old: str, new: str) -> None:
         """Re-key a container (a pending allocation gets the runtime's id)."""
@@ -219,6 +219,10 @@ class Policy:
 
     def group_state(self) -> dict[str, Any]:
         return {}
+
+    def group_placement(self, key: str) -> Placement | None:
+        """The placement every member of group ``key`` has, if they all share one."""
+        return None
 
     def rebuild_members(self) -> None:
         self.members = {}

@@ -9,6 +9,7 @@ existing set (used to grow balloons compactly).
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Iterable
 
@@ -45,17 +46,16 @@ def take_cpus(topology: Topology, free: Iterable[int], count: int, *,
         if need:
             need = _take_whole_units(topology.nodes.values(), free_set, need, out)
     if need:
-        node_of, core_of = topology.node_of, topology.core_of
-        node_free = Counter(node_of(c) for c in free_set)
-        core_free = Counter(core_of(c) for c in free_set)
+        node_of, core_of = topology._node_of.__getitem__, topology._core_of.__getitem__
+        core_free = Counter(map(core_of, free_set))
+        node_free = Counter(map(node_of, free_set))
         near_nodes = topology.nodes_of(near) if near else frozenset()
         near_cores = {core_of(c) for c in near}
-        threads = {key: len(cpus) for key, cpus in topology.cores.items()}
+        threads, core_node, core_first = topology.core_size, topology.core_node, topology.core_first
 
         def core_rank(key) -> tuple:
-            any_cpu = next(iter(topology.cores[key]))
-            return (key not in near_cores, node_of(any_cpu) not in near_nodes,
-                    node_free[node_of(any_cpu)], min(topology.cores[key]))
+            node = core_node[key]
+            return (key not in near_cores, node not in near_nodes, node_free[node], core_first[key])
 
         # Whole free cores.
         for key in sorted((k for k, n in core_free.items() if n == threads[k]), key=core_rank):
@@ -69,14 +69,19 @@ def take_cpus(topology: Topology, free: Iterable[int], count: int, *,
                 break
         if need:
             # Single threads: partially used cores first so that whole cores stay whole.
-            core_free = Counter(core_of(c) for c in free_set)
-            node_free = Counter(node_of(c) for c in free_set)
+            core_free = Counter(map(core_of, free_set))
+            node_free = Counter(map(node_of, free_set))
 
             def thread_rank(cpu: int) -> tuple:
                 return (core_of(cpu) not in near_cores, node_of(cpu) not in near_nodes,
                         core_free[core_of(cpu)], node_free[node_of(cpu)], cpu)
 
-            picked = sorted(free_set, key=thread_rank)[:need]
+            candidates = free_set
+            if near_nodes:  # growing a balloon: look next to it first
+                close = {c for c in free_set if node_of(c) in near_nodes}
+                if len(close) >= need:
+                    candidates = close
+            picked = heapq.nsmallest(need, candidates, key=thread_rank)
             out.update(picked)
             need -= len(picked)
     if need:  # pragma: no cover - guarded by the length check above

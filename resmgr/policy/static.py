@@ -68,6 +68,9 @@ class StaticPolicy(Policy):
     def group_state(self) -> dict[str, Any]:
         return {SHARED: self._shared_placement}
 
+    def group_placement(self, key: str) -> Placement | None:
+        return self._shared_placement if key == SHARED else None
+
     def restore_extra(self, data: dict[str, Any]) -> None:
         self._exclusive = set()
         for cid, g in self.grants.items():

@@ -52,6 +52,10 @@ class Topology:
         self.isolated = frozenset(self.isolated) & frozenset(self.cpus)
         self._node_of = {c.id: c.node for c in self.cpus.values()}
         self._core_of = {c.id: c.core_key for c in self.cpus.values()}
+        # Per-core facts the CPU allocator looks up on every allocation.
+        self.core_node = {key: self.cpus[min(cpus)].node for key, cpus in self.cores.items()}
+        self.core_first = {key: min(cpus) for key, cpus in self.cores.items()}
+        self.core_size = {key: len(cpus) for key, cpus in self.cores.items()}
 
     @property
     def online(self) -> frozenset[int]:
