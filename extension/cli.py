@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--standalone", action="store_true", help="run without peering (single replica only)")
     p.add_argument("--priority", type=int, default=None,
                    help="peering priority (default: random, so that exactly one replica is active)")
+    p.add_argument("--peering-lifetime", type=int, default=60, metavar="SECONDS",
+                   help="how long a silent peer counts as alive; a standby takes over after this (default: 60)")
     p.add_argument("--namespace", action="append", default=[], metavar="PATTERN",
                    help="watch only these namespaces (repeatable; default: all namespaces)")
     p.add_argument("--liveness-endpoint", default=None, metavar="URL",
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, flag) < 1:
             sys.stderr.write(f"gardener-extension-cri-resmgr: --{flag.replace('_', '-')} must be >= 1\n")
             return 2
-    for flag in ("health_interval", "heartbeat_interval", "poll_interval", "retry_delay_min", "retry_delay_max"):
+    for flag in ("health_interval", "heartbeat_interval", "poll_interval", "retry_delay_min", "retry_delay_max",
+                 "peering_lifetime"):
         if getattr(args, flag) <= 0:
             sys.stderr.write(f"gardener-extension-cri-resmgr: --{flag.replace('_', '-')} must be > 0\n")
             return 2

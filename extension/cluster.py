@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,19 @@ class ClusterInfo:
     force_deletion: bool
     shoot_name: str = ""
     cluster_missing: bool = False
+    # Digest of what a reconcile depends on; --ignore-operation-annotation reacts to its changes.
+    digest: str = ""
+
+
+def cluster_digest(cluster: dict[str, Any]) -> str:
+    shoot = (cluster.get("spec") or {}).get("shoot") or {}
+    relevant = {
+        "shoot_spec": shoot.get("spec"),
+        "shoot_annotations": (shoot.get("metadata") or {}).get("annotations"),
+        "shoot_deleting": bool((shoot.get("metadata") or {}).get("deletionTimestamp")),
+        "cluster_deleting": bool((cluster.get("metadata") or {}).get("deletionTimestamp")),
+    }
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def cluster_info_from(cluster: dict[str, Any]) -> ClusterInfo:
@@ -41,6 +56,7 @@ def cluster_info_from(cluster: dict[str, Any]) -> ClusterInfo:
         shoot_failed=last_op.get("state") == "Failed",
         force_deletion=annotations.get(c.FORCE_DELETION_ANNOTATION) in ("true", "True", "1"),
         shoot_name=meta.get("name", ""),
+        digest=cluster_digest(cluster),
     )
 
 

@@ -22,7 +22,7 @@ import kopf
 from extension import constants as c
 from extension import health, heartbeat, status, triggers
 from extension.actuator import Actuator, UninstallTimeout
-from extension.cluster import ClusterInfo, ClusterNotFound, missing_cluster, read_cluster
+from extension.cluster import ClusterInfo, ClusterNotFound, cluster_digest, missing_cluster, read_cluster
 from extension.errors import ConfigurationError, WaitingError
 from extension.kube import Apis, is_not_found
 
@@ -43,6 +43,7 @@ class OperatorSettings:
     retry_delay_max: float = 300.0
     peering_name: str | None = c.EXTENSION_NAME
     peering_priority: int | None = None
+    peering_lifetime: int = 60
 
 
 def backoff(retry: int, settings: OperatorSettings) -> float:
@@ -72,11 +73,11 @@ def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
     ks.persistence.diffbase_storage = HashedSpecDiffBase(prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
     ks.execution.max_workers = max(1, settings.max_concurrent_reconciles)
     ks.posting.level = logging.WARNING
-    ks.peering.clusterwide = True
     if settings.peering_name:
         ks.peering.name = settings.peering_name
         ks.peering.mandatory = True
         # Distinct priorities make exactly one replica active; equal ones would both work.
+        ks.peering.lifetime = settings.peering_lifetime
         ks.peering.priority = (settings.peering_priority if settings.peering_priority is not None
                                else random.randint(1, 2**31 - 1))
     else:
@@ -149,6 +150,8 @@ class Handlers:
         done = "Successfully restored Extension resource" if restore else "Successfully reconciled Extension resource"
         try:
             status.patch_status(self.apis, ns, name, status.succeeded_status(op_type, done, generation))
+            if self.settings.ignore_operation_annotation:
+                self._set_annotation(ns, name, triggers.RECONCILED_DIGEST_ANNOTATION, cluster.digest)
             if restore:
                 # Gardener: the restore annotation goes only after success.
                 status.remove_operation_annotation(self.apis, ns, name)
@@ -178,6 +181,33 @@ class Handlers:
             raise kopf.TemporaryError(f"finishing migration: {err}", delay=backoff(retry, self.settings)) from None
         log.info(f"Successfully migrated Extension resource: {detail}", extra={"namespace": ns, "extension": name})
         return detail
+
+    def _set_annotation(self, ns: str, name: str, key: str, value: str) -> None:
+        self.apis.custom.patch_namespaced_custom_object(
+            c.EXTENSIONS_GROUP, c.EXTENSIONS_VERSION, ns, c.EXTENSIONS_PLURAL, name,
+            {"metadata": {"annotations": {key: value}}})
+
+    def cluster_changed(self, cluster_obj: dict[str, Any]) -> None:
+        """--ignore-operation-annotation: note a changed Cluster on its Extensions, which triggers them."""
+        ns = (cluster_obj.get("metadata") or {}).get("name")
+        if not ns:
+            return
+        digest = cluster_digest(cluster_obj)
+        try:
+            items = self.apis.custom.list_namespaced_custom_object(
+                c.EXTENSIONS_GROUP, c.EXTENSIONS_VERSION, ns, c.EXTENSIONS_PLURAL)["items"]
+        except Exception as err:
+            if is_not_found(err):
+                return
+            raise
+        for ex in items:
+            ann = status.annotations_of(ex)
+            if not triggers.is_ours(ex) or ann.get(triggers.RECONCILED_DIGEST_ANNOTATION) in (None, digest):
+                # Never reconciled yet (the first reconcile reads the Cluster anyway) or up to date.
+                continue
+            if ann.get(triggers.CLUSTER_DIGEST_ANNOTATION) != digest:
+                log.info("Cluster changed, reconciling", extra={"namespace": ns, "extension": ex["metadata"]["name"]})
+                self._set_annotation(ns, ex["metadata"]["name"], triggers.CLUSTER_DIGEST_ANNOTATION, digest)
 
     def delete(self, namespace: str, name: str, runtime_seconds: float, retry: int = 0) -> str | None:
         ex = self._fresh(namespace, name)
@@ -265,6 +295,13 @@ def build_registry(h: Handlers) -> kopf.OperatorRegistry:
                 initial_delay=min(5.0, h.settings.health_interval))
     def on_health(body: Any, **_: Any) -> None:
         h.health_check(dict(body))
+
+    if ignore:
+        # Gardener's library also watches Clusters in this mode (hibernation, versions, workers).
+        @kopf.on.event(c.EXTENSIONS_GROUP, c.EXTENSIONS_VERSION, c.CLUSTERS_PLURAL, registry=registry)
+        def on_cluster(body: Any, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's name
+            if type != "DELETED":
+                h.cluster_changed(dict(body))
 
     @kopf.on.startup(registry=registry)
     async def start_heartbeat(memo: Any, **_: Any) -> None:

@@ -37,7 +37,8 @@ def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Pa
         health_interval=args.health_interval, heartbeat_interval=args.heartbeat_interval,
         heartbeat_namespace=args.heartbeat_namespace,
         retry_delay_min=args.retry_delay_min, retry_delay_max=args.retry_delay_max,
-        peering_name=None if args.standalone else args.peering, peering_priority=args.priority)
+        peering_name=None if args.standalone else args.peering, peering_priority=args.priority,
+        peering_lifetime=args.peering_lifetime)
     handlers = Handlers(apis, actuator, settings)
     registry = build_registry(handlers)
 

@@ -12,7 +12,25 @@ from __future__ import annotations
 from typing import Any
 
 from extension import constants as c
-from extension.status import SUCCEEDED, last_operation_of, operation_annotation, should_skip_migrated
+from extension.status import (
+    SUCCEEDED,
+    annotations_of,
+    last_operation_of,
+    operation_annotation,
+    should_skip_migrated,
+)
+
+# With --ignore-operation-annotation, Cluster changes are noted on the Extension (the
+# digest seen) and compared with the digest of the last successful reconcile.
+# (Not under kopf's own annotation prefix: kopf leaves those out of the diff it reacts to.)
+CLUSTER_DIGEST_ANNOTATION = "cluster.cri-resmgr.extensions.gardener.cloud/seen"
+RECONCILED_DIGEST_ANNOTATION = "cluster.cri-resmgr.extensions.gardener.cloud/reconciled"
+
+
+def cluster_changed(body: dict[str, Any]) -> bool:
+    ann = annotations_of(body)
+    seen = ann.get(CLUSTER_DIGEST_ANNOTATION)
+    return bool(seen) and seen != ann.get(RECONCILED_DIGEST_ANNOTATION)
 
 
 def is_ours(body: dict[str, Any]) -> bool:
@@ -37,7 +55,7 @@ def needs_processing(body: dict[str, Any], *, ignore_operation_annotation: bool 
     if op in (c.OPERATION_MIGRATE, c.OPERATION_RESTORE):
         return True
     if ignore_operation_annotation:
-        return generation_changed(body) or not last_ok or op == c.OPERATION_RECONCILE
+        return generation_changed(body) or not last_ok or op == c.OPERATION_RECONCILE or cluster_changed(body)
     return op == c.OPERATION_RECONCILE or not last_ok or generation_changed(body)
 
 

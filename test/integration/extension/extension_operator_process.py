@@ -32,7 +32,8 @@ class Operator:
                      "--helm", tools.helm, *(["--namespace", pattern] if pattern else []), "--log-format", "json",
                      "--health-interval", "1", "--heartbeat-interval", "1", "--poll-interval", "0.5",
                      "--retry-delay-min", "0.5", "--retry-delay-max", "2", "--max-concurrent-reconciles", "4",
-                     "--log-level", os.environ.get("EXTENSION_TEST_LOG_LEVEL", "info"),
+                     "--log-level", (env or {}).get("EXTENSION_TEST_LOG_LEVEL")
+                     or os.environ.get("EXTENSION_TEST_LOG_LEVEL", "info"),
                      *(extra_args or [])]
         if "--peering" not in (extra_args or []):
             self.args.append("--standalone")

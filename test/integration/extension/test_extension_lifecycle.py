@@ -178,10 +178,15 @@ def test_operator_killed_mid_operation_converges_after_restart(seed, tools, seed
         op.stop()
 
 
-def test_ignore_operation_annotation_reacts_to_generation(seed, tools, seed_api, base_configs_namespace,
-                                                          tmp_path):
+def test_ignore_operation_annotation_reacts_to_generation_and_cluster(seed, tools, seed_api,
+                                                                      base_configs_namespace, tmp_path):
+    # An image only for newer shoots: a Kubernetes upgrade in the Cluster must re-render.
+    overwrite = tmp_path / "images_overwrite.yaml"
+    overwrite.write_text("images:\n- name: gardener-extension-cri-resmgr-installation\n"
+                         "  repository: reg/installer-new\n  tag: v2\n  targetVersion: '>= 1.32'\n")
     op = Operator(seed_api, tools, tmp_path, "tignore-*", configmap_namespace=base_configs_namespace,
-                  extra_args=["--ignore-operation-annotation"]).start()
+                  extra_args=["--ignore-operation-annotation"],
+                  env={"IMAGEVECTOR_OVERWRITE": str(overwrite)}).start()
     try:
         ns = new_shoot(seed, "tignore")
         seed.create_extension(ns, None, annotations={})
@@ -193,6 +198,16 @@ def test_ignore_operation_annotation_reacts_to_generation(seed, tools, seed_api,
         ex = wait_for(lambda: (e := seed.extension(ns)) and e["status"].get("observedGeneration") == 2 and e,
                       "observedGeneration 2", operator=op)
         assert ex["status"]["lastOperation"]["state"] == "Succeeded"
+
+        def installer_image():
+            ds = by_kind(seed.rendered_objects(ns), "DaemonSet")["cri-resmgr-installer"]
+            return ds["spec"]["template"]["spec"]["containers"][0]["image"]
+
+        assert "installer-new" not in installer_image()
+        # No annotation, no Extension change: only the Cluster (shoot upgraded to 1.32).
+        seed.seed_api.create_cluster(ns, shoot=default_shoot(ns, kubernetes_version="1.32.0"))
+        wait_for(lambda: installer_image() == "reg/installer-new:v2", "re-render after the Cluster change",
+                 operator=op)
     finally:
         op.stop()
 

@@ -119,3 +119,27 @@ def test_secret_naming_is_content_addressed():
     assert secret_name_for("mr", a) != secret_name_for("mr", {"k": b"two"})
     assert secret_name_for("mr", a).startswith("managedresource-mr-") and len(data_checksum(a)) == 64
     assert reference_annotation_key("x").startswith("reference.resources.gardener.cloud/secret-")
+
+
+def test_cluster_change_triggers_only_in_ignore_mode():
+    body = ext(last=("Reconcile", "Succeeded"))
+    body["metadata"]["annotations"].update({triggers.CLUSTER_DIGEST_ANNOTATION: "b",
+                                            triggers.RECONCILED_DIGEST_ANNOTATION: "a"})
+    assert triggers.needs_processing(body, ignore_operation_annotation=True)
+    assert not triggers.needs_processing(body)
+    body["metadata"]["annotations"][triggers.RECONCILED_DIGEST_ANNOTATION] = "b"
+    assert not triggers.needs_processing(body, ignore_operation_annotation=True)
+
+
+def test_cluster_digest_follows_what_matters():
+    from fixtures.seed_api import default_shoot
+
+    from extension.cluster import cluster_info_from
+
+    base = {"metadata": {"name": "ns"}, "spec": {"shoot": default_shoot("ns")}}
+    info = cluster_info_from(base)
+    assert info.kubernetes_version == "1.31.1" and info.worker_pools == ("worker",) and not info.hibernated
+    hibernated = {"metadata": {"name": "ns"}, "spec": {"shoot": default_shoot("ns", hibernated=True)}}
+    assert cluster_info_from(hibernated).hibernated
+    assert cluster_info_from(hibernated).digest != info.digest
+    assert cluster_info_from(dict(base)).digest == info.digest
