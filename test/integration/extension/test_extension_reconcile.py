@@ -252,3 +252,16 @@ def test_logs_are_json_lines_with_namespace(seed, operator):
     mine = [ln for ln in lines if ln.get("namespace") == ns]
     assert any("Successfully reconciled" in ln["msg"] for ln in mine)
     assert all({"ts", "level", "logger", "msg"} <= set(ln) for ln in lines)
+
+
+def test_liveness_endpoint_answers(operator):
+    import urllib.request
+
+    def alive():
+        try:
+            with urllib.request.urlopen(operator.liveness_url, timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    wait_for(alive, "kopf liveness endpoint", operator=operator)
