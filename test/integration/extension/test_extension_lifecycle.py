@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from extension_operator_process import FINALIZER, MR_NAME, Operator, by_kind, wait_for
+from extension_operator_process import FINALIZER, Operator, by_kind, wait_for
 from fixtures.seed_api import default_shoot
 
 pytestmark = pytest.mark.integration
@@ -212,13 +212,26 @@ def test_ignore_operation_annotation_reacts_to_generation_and_cluster(seed, tool
         op.stop()
 
 
-def test_default_mode_waits_for_the_annotation(seed, operator):
+def test_default_mode_reacts_to_annotation_and_generation(seed, operator):
     ns = new_shoot(seed, operator.prefix)
     seed.create_extension(ns, None)
     wait_for(lambda: succeeded(seed, ns), "reconcile", operator=operator)
-    [old] = seed.managed_resource(ns)["spec"]["secretRefs"]
+    [first] = seed.managed_resource(ns)["spec"]["secretRefs"]
     # gardenlet changes spec and annotates in one go; the operator follows.
     seed.patch_extension(ns, {"spec": {"providerConfig": {"configs": {"force": "policy:\n  Active: none\n"}}},
                               "metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}}})
-    wait_for(lambda: seed.managed_resource(ns)["spec"]["secretRefs"] != [old], "new secret", operator=operator)
-    assert MR_NAME
+    [second] = wait_for(lambda: (r := seed.managed_resource(ns)["spec"]["secretRefs"]) != [first] and r,
+                        "new secret", operator=operator)
+    # A spec change without the annotation (generation != observedGeneration) is reacted to as well.
+    seed.patch_extension(ns, {"spec": {"providerConfig": {"configs": {"force": "policy:\n  Active: static\n"}}}})
+    wait_for(lambda: seed.managed_resource(ns)["spec"]["secretRefs"] not in ([first], [second]),
+             "secret after a generation change", operator=operator)
+    ex = wait_for(lambda: (e := seed.extension(ns))["status"].get("observedGeneration") == 3 and e,
+                  "observedGeneration 3", operator=operator)
+    assert ex["status"]["lastOperation"]["state"] == "Succeeded"
+    # Reconcile without any change: same secret, annotation removed, still Succeeded.
+    refs = seed.managed_resource(ns)["spec"]["secretRefs"]
+    seed.annotate(ns, "reconcile")
+    wait_for(lambda: "gardener.cloud/operation" not in (seed.extension(ns)["metadata"].get("annotations") or {})
+             and succeeded(seed, ns), "annotation consumed", operator=operator)
+    assert seed.managed_resource(ns)["spec"]["secretRefs"] == refs
