@@ -481,8 +481,11 @@ class ResourceManager:
         ContainerStatus (its ``linux`` resources are used to estimate adopted
         containers and to find cgroups that disagree with the policy). Gone pods
         and containers are dropped, unknown ones adopted. Returns the updates that
-        bring the runtime in line with the policy.
+        bring the runtime in line with the policy: without ``resources`` the
+        runtime's cpusets are unknown (a crash may have cut an operation short), so
+        every placed container gets one; updates are idempotent.
         """
+        known = resources is not None
         resources = resources or {}
         with self._lock:
             old = self.policy.placements()
@@ -518,7 +521,9 @@ class ResourceManager:
             new = self.policy.placements()
             updates = diff_placements(old, new, reason="synced with runtime")
             pending = {u.container_id for u in updates}
-            for cid in [*adopted, *sorted(self._unsynced)]:
+            unknown = sorted(self._unsynced) if known else [cid for cid in new if cid not in listed or
+                                                            listed[cid].state != CONTAINER_EXITED]
+            for cid in [*adopted, *unknown]:
                 cpus, mems = new.get(cid, (None, None))
                 if (cpus is not None or mems is not None) and cid not in pending:
                     updates.append(ContainerUpdate(cid, _fmt(cpus), _fmt(mems), reason="re-placed at startup"))

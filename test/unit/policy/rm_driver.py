@@ -120,10 +120,16 @@ class Driver:
         """Let the resource manager notice a failed CreateContainer, as the next relayed call does."""
         self.runtime.apply(self.rm.before("StartContainer", api_pb2.StartContainerRequest(container_id="-")).updates)
 
-    def restart(self, **kw: Any) -> list[ContainerUpdate]:
+    def restart(self, *, statuses: bool = True, **kw: Any) -> list[ContainerUpdate]:
+        """A new ResourceManager from the cache, synced with the runtime's listing (and, with
+        ``statuses``, the cpusets the runtime reports, as ContainerStatus would)."""
         self.rm = self.new_rm(**kw)
         pods, containers = self.runtime.listing()
-        updates = self.rm.sync_with_runtime(pods, containers)
+        resources = None
+        if statuses:
+            resources = {cid: api_pb2.ContainerResources(linux=api_pb2.LinuxContainerResources(
+                cpuset_cpus=cpus, cpuset_mems=mems)) for cid, (cpus, mems) in self.runtime.cpusets.items()}
+        updates = self.rm.sync_with_runtime(pods, containers, resources)
         self.runtime.apply(updates)
         return updates
 

@@ -70,6 +70,14 @@ def test_restart_restores_and_reconciles(topologies: dict[str, Topology], tmp_pa
     placements = d.rm.placements()
     assert d.restart() == []
     assert d.rm.placements() == placements and d.rm.policy.export_state() == state
+    # Without the runtime's view of the cgroups every placed container is re-applied (idempotent).
+    updates = d.restart(statuses=False)
+    assert sorted(u.container_id for u in updates) == sorted(ids)
+    assert d.runtime_view() == placements == d.rm.placements()
+    # A cgroup changed behind our back is put back.
+    d.runtime.cpusets[ids[1]] = ("0-255", d.runtime.cpusets[ids[1]][1])
+    assert [u.container_id for u in d.restart()] == [ids[1]]
+    assert d.runtime_view() == placements
     # A container vanished while we were down, and one appeared that we never saw.
     gone = ids[0]
     for m in (d.runtime.cpusets, d.runtime.container_pod, d.runtime.container_name):
@@ -182,3 +190,23 @@ def test_remove_pod_releases_everything(topologies: dict[str, Topology], tmp_pat
     assert d.rm.placements() == {} and not d.rm.policy.exclusive_sets()
     assert Cache(tmp_path).load().pods == {}
     _ = api_pb2  # keep the import visible for readers: requests are real CRI messages
+
+
+def test_crash_between_create_and_answer(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    """The relay dies after CreateContainer was decided and sent, before ``after`` recorded it."""
+    from cri_requests import create_request
+
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, STATIC)
+    be = d.create(d.run_pod("be"), "c")
+    pod = d.run_pod("g", qos="guaranteed")
+    req = create_request(pod, d.runtime.pods[pod], "c", cpu_milli=4000)
+    result = d.rm.before("CreateContainer", req)
+    d.runtime.apply(result.updates)  # the shared container was already shrunk...
+    res = result.request.config.linux.resources
+    d.runtime.cpusets["orphan"] = (res.cpuset_cpus, res.cpuset_mems)  # ...and the runtime created it
+    d.runtime.container_pod["orphan"], d.runtime.container_name["orphan"] = pod, "c"
+    d.restart(statuses=False)
+    assert "orphan" in d.rm.placements() and be in d.rm.placements()
+    assert d.runtime_view() == d.rm.placements()
+    owned = d.rm.policy.exclusive_sets()
+    assert all(not parse_cpuset(d.runtime.cpusets[be][0]) & cpus for cpus in owned.values())
