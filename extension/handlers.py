@@ -72,7 +72,9 @@ def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
     ks.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     ks.persistence.diffbase_storage = HashedSpecDiffBase(prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
     ks.execution.max_workers = max(1, settings.max_concurrent_reconciles)
-    ks.posting.level = logging.WARNING
+    # kopf would post a Kubernetes Event for every retry, including routine waits; the JSON logs
+    # (and lastOperation/lastError) carry that information without flooding the seed with Events.
+    ks.posting.enabled = False
     if settings.peering_name:
         ks.peering.name = settings.peering_name
         ks.peering.mandatory = True
