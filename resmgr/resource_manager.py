@@ -20,6 +20,7 @@ change that the runtime confirmed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -39,6 +40,7 @@ from resmgr.resources import (
     PodInfo,
     container_from_create_request,
     container_from_listed,
+    estimate_linux_resources,
     pod_from_listed_sandbox,
     pod_from_sandbox_config,
 )
@@ -141,6 +143,7 @@ class ResourceManager:
         self.forced = force_config is not None
         self._lock = threading.RLock()
         self._pending: str | None = None
+        self._resized = False  # a resize waits for the runtime's answer before it is saved
         self._seq = count()
         data = self.cache.load()
         self._cached_config: tuple[dict[str, Any] | None, str] = (data.config, data.config_source)
@@ -314,6 +317,7 @@ class ResourceManager:
             if method == "CreateContainer":
                 return self._before_create(request, updates)
             if method == "UpdateContainerResources":
+                updates += self._resize(request)
                 return HookResult(request=self._enforce_update(request), updates=updates)
             return HookResult(updates=updates)
 
@@ -326,6 +330,10 @@ class ResourceManager:
                 return []
             if method == "CreateContainer":
                 return self._after_create(request, response)
+            if method == "UpdateContainerResources" and self._resized:
+                self._resized = False
+                self.save()
+                return []
             if method == "StopContainer":
                 return self._release([request.container_id], forget=False, reason="container stopped")
             if method == "RemoveContainer":
@@ -389,6 +397,27 @@ class ResourceManager:
         old = self.policy.group_state()
         self.policy.release(key)
         return diff_groups(self.policy, old, reason="failed create released")
+
+    def _resize(self, request: Message) -> list[ContainerUpdate]:
+        """Kubelet changed a container's CPU/memory (in-place resize): re-place it if it asks for more or less."""
+        cid = request.container_id
+        container = self.containers.get(cid)
+        if container is None or cid not in self.policy.containers or not request.HasField("linux"):
+            return []
+        if not request.linux.cpu_shares:  # not kubelet's resource update (e.g. only a cpuset change)
+            return []
+        resources = estimate_linux_resources(request.linux)
+        if resources == (container.request_milli, container.limit_milli, container.memory_limit):
+            return []
+        resized = dataclasses.replace(container, request_milli=resources[0], limit_milli=resources[1],
+                                      memory_limit=resources[2])
+        old = self.policy.group_state()
+        self.policy.release(cid)
+        self.policy.allocate(cid, resized)
+        self.containers[cid] = resized
+        self._resized = True
+        log.info("container %s resized to request=%dm limit=%dm memory=%d", cid, *resources)
+        return diff_groups(self.policy, old, skip=cid, reason=f"container {cid} resized")
 
     def _enforce_update(self, request: Message) -> Message | None:
         cid = request.container_id

@@ -3,15 +3,22 @@
 Kubelet does not pass a container's resource requests to the runtime. It passes
 cgroup parameters derived from them, and these are inverted here: CPU shares are
 ``request_milli * 1024 / 1000`` (2 for no request), the CFS quota is
-``limit_milli * period / 1000``. The QoS class is read from the pod's cgroup
-parent (``/kubepods/burstable/pod<uid>``, ``kubepods-besteffort-pod<uid>.slice``,
-...), and estimated from the resources when the parent says nothing.
+``limit_milli * period / 1000``. When cri-resource-manager's webhook annotated the
+pod (``intel.com/resources``), its exact requests and limits are used instead.
+The QoS class is read from the pod's cgroup parent (``/kubepods/burstable/pod<uid>``,
+``kubepods-besteffort-pod<uid>.slice``, ...), else from the annotated requirements,
+else estimated from the resources.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger("resmgr.resources")
 
 QOS_GUARANTEED = "Guaranteed"
 QOS_BURSTABLE = "Burstable"
@@ -112,6 +119,75 @@ def qos_from_resources(request_milli: int, limit_milli: int, memory_limit: int) 
     return QOS_BURSTABLE
 
 
+# cri-resource-manager's webhook puts the pod's real resource requirements here, as JSON:
+# {"containers": {"<name>": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {...}}},
+#  "initContainers": {...}}
+RESOURCES_ANNOTATION = "intel.com/resources"
+_MEMORY_SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+                  "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": 1e-3}
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([a-zA-Z]{0,2})\s*$")
+
+
+def parse_memory_quantity(value: Any) -> int:
+    """A Kubernetes memory quantity ("1Gi", "512M", 1024) in bytes; raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid memory quantity {value!r}")
+    if isinstance(value, int | float):
+        return int(value)
+    m = _MEMORY.match(str(value))
+    if not m or m.group(2) not in _MEMORY_SUFFIX:
+        raise ValueError(f"invalid memory quantity {value!r}")
+    return int(float(m.group(1)) * _MEMORY_SUFFIX[m.group(2)])
+
+
+def _cpu_milli(value: Any) -> int:
+    from resmgr.config.constraints import parse_cpu_quantity
+
+    return int(round(value * 1000)) if isinstance(value, int | float) else parse_cpu_quantity(str(value))
+
+
+def annotated_requirements(pod_annotations: dict[str, str]) -> dict[str, dict[str, Any]] | None:
+    """The webhook's per-container requirements ({name: {"requests":..., "limits":...}}), or None."""
+    raw = pod_annotations.get(RESOURCES_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        out = {}
+        for section in ("initContainers", "containers"):
+            for name, req in (data.get(section) or {}).items():
+                out[str(name)] = {"requests": dict(req.get("requests") or {}), "limits": dict(req.get("limits") or {})}
+        return out
+    except (ValueError, TypeError, AttributeError):
+        log.warning("ignoring malformed %s annotation", RESOURCES_ANNOTATION)
+        return None
+
+
+def resources_from_requirements(req: dict[str, Any]) -> tuple[int, int, int]:
+    """(request milli-CPU, limit milli-CPU, memory limit) from one container's requirements."""
+    requests, limits = req.get("requests", {}), req.get("limits", {})
+    cpu_limit = _cpu_milli(limits["cpu"]) if "cpu" in limits else 0
+    # Kubernetes defaults a missing request to the limit.
+    cpu_request = _cpu_milli(requests["cpu"]) if "cpu" in requests else cpu_limit
+    memory = parse_memory_quantity(limits["memory"]) if "memory" in limits else 0
+    return cpu_request, cpu_limit, memory
+
+
+def qos_from_requirements(requirements: dict[str, dict[str, Any]]) -> str:
+    """Kubernetes' QoS rules over all containers of a pod."""
+    guaranteed, empty = True, True
+    for req in requirements.values():
+        requests, limits = req.get("requests", {}), req.get("limits", {})
+        if requests or limits:
+            empty = False
+        for resource in ("cpu", "memory"):
+            if resource not in limits or requests.get(resource, limits[resource]) != limits[resource]:
+                guaranteed = False
+    if empty:
+        return QOS_BESTEFFORT
+    return QOS_GUARANTEED if guaranteed else QOS_BURSTABLE
+
+
 def estimate_linux_resources(res: Any) -> tuple[int, int, int]:
     """(request milli-CPU, limit milli-CPU, memory limit bytes) of a LinuxContainerResources."""
     if res is None:
@@ -150,15 +226,28 @@ def container_from_create_request(request: Any, pod: PodInfo | None) -> Containe
         pod = pod_from_sandbox_config(request.pod_sandbox_id, sandbox)
     res = config.linux.resources if config.HasField("linux") and config.linux.HasField("resources") else None
     request_milli, limit_milli, memory = estimate_linux_resources(res)
-    parent = sandbox.linux.cgroup_parent if sandbox.HasField("linux") else pod.cgroup_parent
-    qos = (qos_from_cgroup_parent(parent) or qos_from_cgroup_parent(pod.cgroup_parent)
-           or qos_from_resources(request_milli, limit_milli, memory))
     labels = dict(config.labels)
+    name = config.metadata.name or labels.get(CONTAINER_NAME_LABEL, "")
     pod_annotations = dict(sandbox.annotations) or dict(pod.annotations)
+    annotated = annotated_requirements(pod_annotations)
+    if annotated is not None and name in annotated:
+        try:  # the webhook's numbers are exact; the cgroup parameters are only estimates
+            request_milli, limit_milli, memory = resources_from_requirements(annotated[name])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring %s for container %s: %s", RESOURCES_ANNOTATION, name, exc)
+    parent = sandbox.linux.cgroup_parent if sandbox.HasField("linux") else pod.cgroup_parent
+    qos = qos_from_cgroup_parent(parent) or qos_from_cgroup_parent(pod.cgroup_parent)
+    if qos is None and annotated:
+        try:
+            qos = qos_from_requirements(annotated)
+        except (ValueError, TypeError):
+            qos = None
+    if qos is None:
+        qos = qos_from_resources(request_milli, limit_milli, memory)
     return ContainerInfo(
         id="",
         pod_id=request.pod_sandbox_id,
-        name=config.metadata.name or labels.get(CONTAINER_NAME_LABEL, ""),
+        name=name,
         namespace=pod.namespace or sandbox.metadata.namespace or labels.get(POD_NAMESPACE_LABEL, ""),
         pod_name=pod.name or sandbox.metadata.name or labels.get(POD_NAME_LABEL, ""),
         qos=qos,

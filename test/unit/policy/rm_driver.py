@@ -111,9 +111,15 @@ class Driver:
         self.call("RemovePodSandbox", api_pb2.RemovePodSandboxRequest(pod_sandbox_id=pod_id),
                   api_pb2.RemovePodSandboxResponse())
 
-    def kubelet_update(self, cid: str, cpus: str) -> None:
-        req = api_pb2.UpdateContainerResourcesRequest(
-            container_id=cid, linux=api_pb2.LinuxContainerResources(cpuset_cpus=cpus, cpu_shares=1024))
+    def kubelet_update(self, cid: str, cpus: str = "", *, milli: int | None = None, guaranteed: bool = False) -> None:
+        """UpdateContainerResources as kubelet sends it: a cpuset, and/or new CPU resources (resize)."""
+        linux = api_pb2.LinuxContainerResources(cpuset_cpus=cpus)
+        if milli is not None:
+            linux.cpu_shares = max(2, milli * 1024 // 1000)
+            if guaranteed:
+                linux.cpu_period, linux.cpu_quota = 100_000, milli * 100
+                linux.memory_limit_in_bytes = 1 << 30
+        req = api_pb2.UpdateContainerResourcesRequest(container_id=cid, linux=linux)
         self.call("UpdateContainerResources", req, api_pb2.UpdateContainerResourcesResponse())
 
     def settle(self) -> None:

@@ -133,10 +133,15 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
             self.d.remove_pod(pod)
 
         @precondition(lambda self: self.d.runtime.cpusets)
-        @rule(data=st.data())
-        def kubelet_update(self, data: st.DataObject) -> None:
+        @rule(data=st.data(), milli=st.none() | MILLI)
+        def kubelet_update(self, data: st.DataObject, milli: int | None) -> None:
+            """A cpuset-only update (kubelet's own CPU manager), or an in-place resize."""
             cid = data.draw(st.sampled_from(sorted(self.d.runtime.cpusets)))
-            self.d.kubelet_update(cid, "0")
+            pod = self.d.runtime.pods[self.d.runtime.container_pod[cid]]
+            if milli is not None and "besteffort" in pod.linux.cgroup_parent:
+                milli = None
+            guaranteed = "burstable" not in pod.linux.cgroup_parent
+            self.d.kubelet_update(cid, "0", milli=milli, guaranteed=guaranteed)
 
         @rule()
         def restart(self) -> None:

@@ -59,6 +59,19 @@ def test_kubelet_update_keeps_policy_cpuset(topologies: dict[str, Topology], tmp
     before = d.runtime.cpusets[g]
     d.kubelet_update(g, "0-127")
     assert d.runtime.cpusets[g] == before
+    d.kubelet_update(g, "0-127", milli=2000, guaranteed=True)  # same resources: nothing moves
+    assert d.runtime.cpusets[g] == before
+
+
+def test_in_place_resize(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, STATIC)
+    be = d.create(d.run_pod("be"), "c")
+    g = d.create(d.run_pod("g", qos="guaranteed"), "c", 2000)
+    d.kubelet_update(g, milli=4000, guaranteed=True)
+    assert len(parse_cpuset(d.runtime.cpusets[g][0])) == 4
+    assert d.runtime_view() == d.rm.placements()  # the shared container gave up two more CPUs
+    assert len(parse_cpuset(d.runtime.cpusets[be][0])) == 124
+    assert d.restart() == [] and d.rm.containers[g].request_milli == 4000  # persisted after the answer
 
 
 def test_restart_restores_and_reconciles(topologies: dict[str, Topology], tmp_path: Path) -> None:

@@ -71,3 +71,30 @@ def test_annotation_precedence() -> None:
     assert preference_annotation(c, key) == "true"
     c.pod_annotations.pop(f"{key}/pod")
     assert preference_annotation(c, key) == "false"
+
+
+def test_webhook_annotation_gives_exact_resources_and_qos() -> None:
+    import json
+
+    pod = pod_config("p", qos="burstable", annotations={"intel.com/resources": json.dumps({
+        "containers": {"c": {"requests": {"cpu": "1500m", "memory": "1Gi"},
+                             "limits": {"cpu": "2", "memory": "2Gi"}}}})})
+    req = create_request("pod-1", pod, "c", cpu_milli=1000)
+    c = container_from_create_request(req, None)
+    assert (c.request_milli, c.limit_milli, c.memory_limit, c.qos) == (1500, 2000, 2 << 30, QOS_BURSTABLE)
+    # Without a cgroup parent the QoS class comes from the annotated requirements.
+    req.sandbox_config.linux.cgroup_parent = ""
+    req.sandbox_config.annotations["intel.com/resources"] = json.dumps(
+        {"containers": {"c": {"limits": {"cpu": "2", "memory": "128Mi"}}}})
+    c = container_from_create_request(req, None)
+    assert (c.qos, c.request_milli, c.memory_limit) == (QOS_GUARANTEED, 2000, 128 << 20)
+    req.sandbox_config.annotations["intel.com/resources"] = "{not json"
+    assert container_from_create_request(req, None).request_milli == 1000  # falls back to the estimate
+
+
+@pytest.mark.parametrize(("text", "value"), [("1Gi", 1 << 30), ("512M", 512_000_000), (1024, 1024),
+                                             ("1.5Ki", 1536), ("2e3", 2000)])
+def test_memory_quantities(text: object, value: int) -> None:
+    from resmgr.resources import parse_memory_quantity
+
+    assert parse_memory_quantity(text) == value
