@@ -31,7 +31,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from resmgr.cache import CACHE_VERSION, DEFAULT_RELAY_DIR, Cache, CacheData
-from resmgr.config import ConfigError, validate_config_text
+from resmgr.config import MAX_CONFIG_BYTES, ConfigError, validate_config_text
 from resmgr.hooks import ContainerUpdate, HookResult
 from resmgr.policy.base import Placement, Policy, RestoreError
 from resmgr.policy.registry import active_policy_name, create_policy
@@ -58,7 +58,14 @@ CONTAINER_EXITED = 2
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Read and validate a config file (``--fallback-config``/``--force-config``)."""
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)  # never slurp an arbitrarily large file
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError("<document>", f"config file is over the limit of {MAX_CONFIG_BYTES} bytes",
+                              source=str(path))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("<document>", f"config file is not UTF-8 text: {exc}", source=str(path)) from None
     except OSError as exc:
         raise ConfigError("<document>", f"cannot read config file: {exc.strerror or exc}", source=str(path)) from None
     return validate_config_text(text, source=str(path))

@@ -223,3 +223,17 @@ def test_crash_between_create_and_answer(topologies: dict[str, Topology], tmp_pa
     assert d.runtime_view() == d.rm.placements()
     owned = d.rm.policy.exclusive_sets()
     assert all(not parse_cpuset(d.runtime.cpusets[be][0]) & cpus for cpus in owned.values())
+
+
+def test_config_files_too_big_or_binary(tmp_path: Path) -> None:
+    from resmgr.config import MAX_CONFIG_BYTES
+    from resmgr.resource_manager import read_config_file
+
+    big = tmp_path / "big.cfg"
+    big.write_text("logger:\n  Debug: " + "x" * (MAX_CONFIG_BYTES + 10) + "\n")
+    with pytest.raises(ConfigError, match="over the limit"):
+        read_config_file(big)
+    binary = tmp_path / "bin.cfg"
+    binary.write_bytes(b"\xff\xfe\x00policy")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        read_config_file(binary)
