@@ -164,7 +164,8 @@ class BalloonsPolicy(Policy):
         for t in self.types.values():
             if t.name not in (RESERVED, DEFAULT) and namespace_matches(c.namespace, t.namespaces):
                 return t.name
-        if is_reserved_namespace(c, self.reserved_namespaces):
+        reserved = self.types.get(RESERVED)  # a "reserved" type may list more namespaces
+        if is_reserved_namespace(c, self.reserved_namespaces + (reserved.namespaces if reserved else [])):
             return RESERVED
         return DEFAULT
 

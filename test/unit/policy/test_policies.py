@@ -181,6 +181,27 @@ def test_upstream_balloons_sample(topologies: dict[str, Topology]) -> None:
         assert cpus <= parse_cpuset("1-14")
 
 
+def test_balloons_user_defined_reserved_and_default(topologies: dict[str, Topology]) -> None:
+    text = """\
+policy:
+  Active: balloons
+  ReservedResources:
+    cpu: 2
+  balloons:
+    BalloonTypes:
+      - Name: reserved
+        Namespaces: [monitoring]
+      - Name: default
+        MinCPUs: 4
+        MinBalloons: 1
+"""
+    p = policy_from_yaml(text, topologies["8numa-256"])
+    p.allocate("mon", ctr("mon", ns="monitoring"))
+    p.allocate("web", burstable("web", 500))
+    assert p.placement("mon")[0] == p.reserved
+    assert len(p.placement("web")[0]) == 4 and not p.placement("web")[0] & p.reserved
+
+
 def test_balloons_grow_and_shrink(topologies: dict[str, Topology]) -> None:
     topo = topologies["8numa-256"]
     text = """\
