@@ -31,7 +31,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from resmgr.cache import CACHE_VERSION, DEFAULT_RELAY_DIR, Cache, CacheData
-from resmgr.config import MAX_CONFIG_BYTES, ConfigError, validate_config_text
+from resmgr.config import MAX_CONFIG_BYTES, ConfigError, validate_config, validate_config_text
 from resmgr.hooks import ContainerUpdate, HookResult
 from resmgr.policy.base import Placement, Policy, RestoreError
 from resmgr.policy.registry import active_policy_name, create_policy
@@ -153,6 +153,12 @@ class ResourceManager:
         self._resized = False  # a resize waits for the runtime's answer before it is saved
         self._seq = count()
         data = self.cache.load()
+        if data.config is not None:
+            try:  # the cache is a file on disk: trust nothing in it
+                data.config = validate_config(data.config, source="cached config")
+            except ConfigError as exc:
+                log.error("dropping the cached config: %s", exc)
+                data.config, data.config_source = None, ""
         self._cached_config: tuple[dict[str, Any] | None, str] = (data.config, data.config_source)
         self._enc_pods: dict[str, tuple[Any, str]] = {}
         self._enc_containers: dict[str, tuple[Any, str]] = {}

@@ -237,3 +237,18 @@ def test_config_files_too_big_or_binary(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00policy")
     with pytest.raises(ConfigError, match="not UTF-8"):
         read_config_file(binary)
+
+
+def test_tampered_cache_is_not_trusted(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    import json
+
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, TA)
+    d.rm.set_config(validate_config_text(TA), source="agent")
+    raw = json.loads((tmp_path / "cache").read_text())
+    raw["config"] = {"policy": {"Active": "balloons", "balloons": {"BalloonTypes": "nonsense"}}}
+    raw["containers"]["bogus"] = ["not", "a", "container"]
+    (tmp_path / "cache").write_text(json.dumps(raw))
+    rm = ResourceManager(topologies["2s-2n-16c-2t"], relay_dir=tmp_path, fallback_config=validate_config_text(STATIC),
+                         cache_fsync=False)
+    assert rm.policy.name == "static" and rm.config_source == "fallback-config"
+    assert "bogus" not in rm.containers
