@@ -243,8 +243,10 @@ class Handlers:
                  extra={"namespace": namespace, "extension": name})
         return detail
 
-    def health_check(self, body: dict[str, Any]) -> dict[str, Any]:
+    def health_check(self, body: dict[str, Any]) -> dict[str, Any] | None:
         ns = body["metadata"]["namespace"]
+        if not status.last_operation_of(body):
+            return None  # never processed (e.g. wait-for-state): nothing to report yet
         cluster: ClusterInfo | None
         error = None
         try:
@@ -253,6 +255,8 @@ class Handlers:
             cluster, error = None, str(err)
         except Exception as err:
             cluster, error = None, f"cannot read Cluster: {err}"
+        if cluster is not None and cluster.shoot_failed:
+            return None  # Gardener leaves Extensions of failed shoots alone, health included
         return health.check_and_report(self.apis, body, cluster, error)
 
     def renew_heartbeat(self) -> None:
