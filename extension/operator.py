@@ -69,6 +69,10 @@ def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Pa
 def _connection_info(api_client: object) -> kopf.ConnectionInfo:
     """Hand kopf the same credentials the Kubernetes client uses."""
     cfg = api_client.configuration  # type: ignore[attr-defined]
+    # In-cluster tokens rotate; kopf calls this login again on 401, so read the current one.
+    hook = getattr(cfg, "refresh_api_key_hook", None)
+    if hook is not None:
+        hook(cfg)
     token = None
     scheme = None
     auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
