@@ -59,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how often a waiting delete/migrate checks again (default: 5)")
     p.add_argument("--retry-delay-min", type=float, default=5.0, metavar="SECONDS",
                    help="first retry delay after an error; doubles per retry (default: 5)")
-    p.add_argument("--retry-delay-max", type=float, default=300.0, metavar="SECONDS",
-                   help="longest retry delay, also used for configuration errors (default: 300)")
+    p.add_argument("--retry-delay-max", type=float, default=60.0, metavar="SECONDS",
+                   help="longest retry delay (default: 60); configuration errors are re-checked "
+                        "at least every 30 s, so a fixed config is picked up quickly")
     p.add_argument("--charts-dir", type=Path, default=default_charts_dir(),
                    help="directory holding internal/cri-resmgr-installation and images.yaml "
                         "(default: $CRI_RESMGR_CHARTS_DIR or the charts next to this package)")

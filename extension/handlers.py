@@ -30,6 +30,8 @@ log = logging.getLogger("extension.handlers")
 
 # kopf's own bookkeeping lives in annotations under this prefix (the CRD prunes unknown status fields).
 ANNOTATION_PREFIX = "cri-resmgr.extensions.gardener.cloud"
+# Longest wait before a configuration error is checked again.
+CONFIG_RETRY_MAX = 30.0
 
 
 @dataclass
@@ -40,7 +42,7 @@ class OperatorSettings:
     heartbeat_interval: float = 30.0
     heartbeat_namespace: str | None = None
     retry_delay_min: float = 5.0
-    retry_delay_max: float = 300.0
+    retry_delay_max: float = 60.0
     peering_name: str | None = c.EXTENSION_NAME
     peering_priority: int | None = None
     peering_lifetime: int = 60
@@ -144,8 +146,10 @@ class Handlers:
         try:
             detail = self.actuator.restore(ex, cluster) if restore else self.actuator.reconcile(ex, cluster)
         except ConfigurationError as err:
+            # kopf runs a changed spec only when the pending retry is due, so keep these short:
+            # a fixed providerConfig (or base ConfigMap) is picked up within CONFIG_RETRY_MAX seconds.
             raise self._fail(ns, name, op_type, f"Unable to {verb} Extension resource", err, generation,
-                             self.settings.retry_delay_max) from None
+                             min(CONFIG_RETRY_MAX, backoff(retry, self.settings))) from None
         except Exception as err:
             raise self._fail(ns, name, op_type, f"Unable to {verb} Extension resource", err, generation,
                              backoff(retry, self.settings)) from None
