@@ -11,9 +11,10 @@ from resmgr.hooks import ContainerUpdate, HookResult, ResourceManagerHook
 
 
 class AdjustingHook:
-    """Wraps the resource manager's hook: after StartContainer the node's adjustments are applied again,
-    so a new container in an adjustment's scope gets its override (sent as a ContainerUpdate by the
-    applier). Everything else is the wrapped hook's. ``plane`` may be set after construction."""
+    """Wraps the resource manager's hook: after StartContainer and UpdateContainerResources the node's
+    adjustments are applied again, so a new container in an adjustment's scope gets its override and a
+    resized one keeps it (sent as ContainerUpdates by the applier). Everything else is the wrapped
+    hook's. ``plane`` may be set after construction."""
 
     def __init__(self, inner: ResourceManagerHook, plane: ConfigPlane | None = None) -> None:
         self.inner = inner
@@ -24,7 +25,8 @@ class AdjustingHook:
 
     def after(self, method: str, request: Message, response: Message) -> list[ContainerUpdate]:
         updates = self.inner.after(method, request, response)
-        if method == "StartContainer" and self.plane is not None:
+        # A new container may be in scope; a kubelet resize re-places a container without its override.
+        if method in ("StartContainer", "UpdateContainerResources") and self.plane is not None:
             self.plane.refresh_adjustments()
         return updates
 

@@ -55,6 +55,12 @@ class ResourceManagerApplier:
             return [container_view(c, self.rm.pods.get(c.pod_id)) for cid, c in self.rm.containers.items()
                     if cid and not cid.startswith("pending:") and cid in self.rm.policy.containers]
 
+    def _set_active(self, cid: str, override: ContainerOverride | None) -> None:
+        if override is None:
+            self._active.pop(cid, None)
+        else:
+            self._active[cid] = override
+
     def apply_adjustments(self, overrides: dict[str, ContainerOverride]) -> dict[str, str]:
         from resmgr.resource_manager import diff_placements
 
@@ -62,6 +68,7 @@ class ResourceManagerApplier:
         with self.rm._lock:
             policy = self.rm.policy
             old = policy.placements()
+            changed = False
             for cid in sorted(set(overrides) | set(self._active)):
                 container = self.rm.containers.get(cid)
                 override = overrides.get(cid)
@@ -70,9 +77,12 @@ class ResourceManagerApplier:
                     if override is not None:
                         errors[cid] = "container is not running"
                     continue
-                if override == self._active.get(cid):
-                    continue
                 target = container if override is None else adjusted(container, override)
+                if _same_resources(policy.containers[cid], target):
+                    # Already placed that way; also notices when something else (a kubelet resize)
+                    # re-placed the container without the override, so it is put back.
+                    self._set_active(cid, override)
+                    continue
                 try:
                     policy.release(cid)
                     policy.allocate(cid, target)
@@ -83,14 +93,17 @@ class ResourceManagerApplier:
                     policy.allocate(cid, container)
                     self._active.pop(cid, None)
                     continue
-                if override is None:
-                    self._active.pop(cid, None)
-                else:
-                    self._active[cid] = override
-            self.rm.save()
+                self._set_active(cid, override)
+                changed = True
+            if changed:
+                self.rm.save()
             updates = diff_placements(old, policy.placements(), reason="adjustment")
         self.send_updates(updates, "SetAdjustment")
         return errors
+
+
+def _same_resources(a: Any, b: Any) -> bool:
+    return all(getattr(a, f) == getattr(b, f) for f in ("request_milli", "limit_milli", "memory_limit", "qos"))
 
 
 def adjusted(container: Any, override: ContainerOverride) -> Any:

@@ -74,3 +74,18 @@ def test_config_through_the_plane(setup):
     error = plane.set_config("", {"policy": "Active: static\nReservedResources:\n  cpu: cpuset:9\n"}, "bad cpus")
     assert "policy.ReservedResources.cpu" in error and "outside the available CPUs" in error
     assert driver.rm.config["policy"]["ReservedResources"] == {"cpu": "cpuset:3"}
+
+
+def test_override_survives_a_kubelet_resize(setup):
+    driver, applier, _, _ = setup
+    pod = driver.run_pod("web", namespace="prod")
+    cid = driver.create(pod, "web")
+    override = {cid: ContainerOverride("prod/a", request_milli=2000, limit_milli=2000, memory_limit=1 << 26)}
+    applier.apply_adjustments(override)
+    pinned = driver.runtime.cpusets[cid][0]
+    assert pinned != "0-3"
+    driver.kubelet_update(cid, milli=500)  # a kubelet resize: the resource manager re-places it without the override
+    assert driver.rm.policy.containers[cid].request_milli != 2000
+    assert applier.apply_adjustments(override) == {}  # what AdjustingHook does after UpdateContainerResources
+    assert driver.rm.policy.containers[cid].request_milli == 2000
+    assert len(driver.runtime.cpusets[cid][0].replace("-", ",").split(",")) == 2
