@@ -148,3 +148,29 @@ def test_rbac_is_least_privilege(tools):
     role = next(d for d in docs if d["kind"] == "Role")
     cm_rule = next(r for r in role["rules"] if r["resources"] == ["configmaps"])
     assert cm_rule["verbs"] == ["get"] and cm_rule["resourceNames"] == ["gardener-extension-cri-resmgr-configs"]
+
+
+def test_agent_rbac_allows_what_the_agent_does_and_no_more(tools, seed_api):
+    """Applied for real (the test API stands in for the shoot), then asked with `kubectl auth can-i`."""
+    text = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
+                values=INSTALL_VALUES)
+    seed_api.kubectl("apply", "-f", "-", input=text)
+    agent = "system:serviceaccount:kube-system:cri-resmgr-agent"
+    installer = "system:serviceaccount:kube-system:cri-resmgr-installer"
+
+    def can(who, *args):
+        r = seed_api.kubectl("auth", "can-i", *args, f"--as={who}", check=False)
+        return r.stdout.strip() == "yes"
+
+    allowed = [("watch", "configmaps", "-n", "kube-system"), ("list", "configmaps", "-n", "kube-system"),
+               ("watch", "nodes"), ("patch", "nodes"), ("create", "events", "-n", "default"),
+               ("watch", "adjustments.criresmgr.intel.com", "-n", "kube-system"),
+               ("patch", "adjustments.criresmgr.intel.com", "--subresource=status", "-n", "kube-system")]
+    denied = [("list", "configmaps", "-n", "default"), ("update", "configmaps", "-n", "kube-system"),
+              ("delete", "nodes"), ("list", "secrets", "-n", "kube-system"),
+              ("update", "adjustments.criresmgr.intel.com", "-n", "kube-system"),
+              ("watch", "adjustments.criresmgr.intel.com", "-n", "default")]
+    assert [a for a in allowed if not can(agent, *a)] == []
+    assert [d for d in denied if can(agent, *d)] == []
+    # The installer works on the node only: no API rights at all.
+    assert not any(can(installer, *a) for a in allowed + denied)
