@@ -140,6 +140,16 @@ def test_topology_aware_colocate_pods(topologies: dict[str, Topology]) -> None:
     assert len({p.grants[f"x{i}"].pool for i in range(5)}) > 1
 
 
+def test_topology_aware_colocate_namespaces(topologies: dict[str, Topology]) -> None:
+    p = ta(topologies["8numa-256"], "    ColocateNamespaces: true")
+    for i in range(6):
+        p.allocate(f"a{i}", burstable(f"a{i}", 1000, ns="team-a"))
+        p.allocate(f"b{i}", burstable(f"b{i}", 1000, ns="team-b"))
+    assert len({p.grants[f"a{i}"].pool for i in range(6)}) == 1
+    assert len({p.grants[f"b{i}"].pool for i in range(6)}) == 1
+    assert p.grants["a0"].pool != p.grants["b0"].pool  # the second namespace spread elsewhere
+
+
 def test_available_resources_limit_everything(topologies: dict[str, Topology]) -> None:
     topo = topologies["2s-2n-16c-2t"]
     text = ("policy:\n  Active: topology-aware\n  AvailableResources:\n    cpu: cpuset:16-31,80-95\n"
