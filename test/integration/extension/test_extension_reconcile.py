@@ -265,3 +265,18 @@ def test_liveness_endpoint_answers(operator):
             return False
 
     wait_for(alive, "kopf liveness endpoint", operator=operator)
+
+
+def test_large_provider_config_fits_kopf_bookkeeping(seed, operator):
+    """kopf's diff base would copy spec into an annotation (256 KiB limit); ours keeps a digest."""
+    ns = new_shoot(seed, operator)
+    big = "policy:\n  Active: topology-aware\n#" + "x" * 400_000 + "\n"
+    seed.create_extension(ns, {"configs": {"default": big}})
+    wait_for(lambda: succeeded(seed, ns), "reconcile of a 400 KB config", operator=operator)
+    key = "cri-resmgr.extensions.gardener.cloud/last-handled-configuration"
+    ex = wait_for(lambda: (e := seed.extension(ns)) and key in (e["metadata"].get("annotations") or {}) and e,
+                  "kopf's diff base stored", operator=operator)
+    annotations = ex["metadata"]["annotations"]
+    assert sum(len(k) + len(v) for k, v in annotations.items()) < 4096
+    objs = seed.rendered_objects(ns)
+    assert "Active: topology-aware" in by_kind(objs, "ConfigMap")["cri-resmgr-config.default"]["data"]["policy"]
