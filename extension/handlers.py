@@ -181,8 +181,8 @@ class Handlers:
         try:
             status.patch_status(self.apis, ns, name, status.succeeded_status(
                 status.MIGRATE, "Successfully migrated Extension resource", generation))
-            status.remove_finalizer(self.apis, ns, name)
-            status.remove_operation_annotation(self.apis, ns, name)
+            # Gardener: finalizer and then the migrate annotation go; here in one patch (see remove_finalizer).
+            status.remove_finalizer(self.apis, ns, name, drop_operation_annotation=True)
         except Exception as err:
             raise kopf.TemporaryError(f"finishing migration: {err}", delay=backoff(retry, self.settings)) from None
         log.info(f"Successfully migrated Extension resource: {detail}", extra={"namespace": ns, "extension": name})
@@ -227,8 +227,10 @@ class Handlers:
         if cluster.shoot_failed:
             raise kopf.TemporaryError("Shoot has failed; Extension deletion waits for it",
                                       delay=self.settings.retry_delay_max)
-        status.patch_status(self.apis, namespace, name,
-                            status.processing_status(status.DELETE, "Deleting Extension resource."))
+        if retry == 0 or status.last_operation_of(ex).get("type") != status.DELETE:
+            # Later attempts keep the waiting message instead of flapping back to this one.
+            status.patch_status(self.apis, namespace, name,
+                                status.processing_status(status.DELETE, "Deleting Extension resource."))
         try:
             detail = self.actuator.delete(ex, cluster, runtime_seconds)
         except WaitingError as err:

@@ -112,8 +112,13 @@ def remove_operation_annotation(apis: Apis, namespace: str, name: str) -> None:
             raise
 
 
-def remove_finalizer(apis: Apis, namespace: str, name: str, finalizer: str = c.FINALIZER) -> None:
-    """Remove our finalizer; the resourceVersion guard keeps concurrent finalizer changes intact."""
+def remove_finalizer(apis: Apis, namespace: str, name: str, finalizer: str = c.FINALIZER, *,
+                     drop_operation_annotation: bool = False) -> None:
+    """Remove our finalizer (and optionally the operation annotation) in one guarded patch.
+
+    One patch matters after a migration: kopf must never see the object without our finalizer
+    while the migrate annotation is still there, or it would put the finalizer back.
+    """
     for _ in range(5):
         try:
             obj = apis.custom.get_namespaced_custom_object(
@@ -124,13 +129,17 @@ def remove_finalizer(apis: Apis, namespace: str, name: str, finalizer: str = c.F
             raise
         meta = obj.get("metadata") or {}
         finalizers = meta.get("finalizers") or []
-        if finalizer not in finalizers:
+        has_annotation = c.OPERATION_ANNOTATION in (meta.get("annotations") or {})
+        if finalizer not in finalizers and not (drop_operation_annotation and has_annotation):
             return
+        patch: dict[str, Any] = {"finalizers": [f for f in finalizers if f != finalizer],
+                                 "resourceVersion": meta.get("resourceVersion")}
+        if drop_operation_annotation and has_annotation:
+            patch["annotations"] = {c.OPERATION_ANNOTATION: None}
         try:
             apis.custom.patch_namespaced_custom_object(
                 c.EXTENSIONS_GROUP, c.EXTENSIONS_VERSION, namespace, c.EXTENSIONS_PLURAL, name,
-                {"metadata": {"finalizers": [f for f in finalizers if f != finalizer],
-                              "resourceVersion": meta.get("resourceVersion")}})
+                {"metadata": patch})
             return
         except Exception as err:
             if is_not_found(err):
