@@ -12,8 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 from resmgr import __version__
+from resmgr.cache import CacheError, reset_cache
+from resmgr.config import ConfigError
+from resmgr.configplane import ConfigPlaneHandle, start_config_plane
+from resmgr.configplane.hook import AdjustingHook
+from resmgr.configplane.rm_applier import ResourceManagerApplier
 from resmgr.dump import Dumper
-from resmgr.hooks import NoopHook, ResourceManagerHook
+from resmgr.hooks import ResourceManagerHook
 from resmgr.logsetup import add_logging_arguments, parse_debug_modules, set_debug_modules, setup_logging
 from resmgr.metrics import RelayMetrics, serve_metrics
 from resmgr.relay.server import (
@@ -31,6 +36,8 @@ from resmgr.relay.settings import (
     settings_from_config,
 )
 from resmgr.relay.startup import StartupError
+from resmgr.resource_manager import ResourceManager
+from resmgr.topology import TopologyError
 
 log = logging.getLogger("resmgr.cli")
 
@@ -43,6 +50,10 @@ memory nodes according to the active policy. Configuration uses
 cri-resource-manager's YAML format (sections policy, logger, dump,
 instrumentation, ...).
 
+Config sources, highest first: --force-config (disables config from the agent),
+the last config the agent pushed and cri-resmgr applied (cached in --relay-dir),
+--fallback-config, built-in defaults (policy none).
+
 Signals: SIGTERM/SIGINT drain in-flight calls and exit; SIGHUP re-reads the
 --force-config file (dump rules, logger.Debug, policy settings).
 """
@@ -53,18 +64,10 @@ examples:
   cri-resmgr --force-config dump.cfg --metrics-address 127.0.0.1:8891   # pure CRI message dumper
 """
 
-NOT_ACTIVE = "NOT ACTIVE YET: accepted for compatibility, ignored by this build ({})"
 DEFAULT_RELAY_DIR = "/var/lib/cri-resmgr"
 DEFAULT_CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
 DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
 
-# Flags a later issue implements; warn when they are given.
-_INACTIVE_FLAGS = {
-    "reset_config": "--reset-config",
-    "reset_policy": "--reset-policy",
-    "disable_policy_switch": "--disable-policy-switch",
-    "disable_agent": "--disable-agent",
-}
 
 HookFactory = Callable[[RelaySettings], ResourceManagerHook]
 
@@ -105,11 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     sockets.add_argument("--image-socket", default=None,
                          help="CRI image service socket (default: the runtime socket)")
     sockets.add_argument("--config-socket", default=DEFAULT_CONFIG_SOCKET,
-                         help=NOT_ACTIVE.format("the agent config API arrives with the config plane"))
+                         help=f"unix socket of the Config API the agent pushes configs and Adjustments to "
+                              f"(default: {DEFAULT_CONFIG_SOCKET})")
     sockets.add_argument("--agent-socket", default=DEFAULT_AGENT_SOCKET,
-                         help=NOT_ACTIVE.format("the agent API arrives with the config plane"))
+                         help=f"unix socket of cri-resmgr-agent's API, used for node operations "
+                              f"(default: {DEFAULT_AGENT_SOCKET})")
     sockets.add_argument("--disable-agent", action="store_true",
-                         help=NOT_ACTIVE.format("there is no agent connection yet"))
+                         help="take no configuration from the agent: do not serve the Config API")
     state = parser.add_argument_group("state and config")
     state.add_argument("--relay-dir", default=DEFAULT_RELAY_DIR,
                        help=f"directory for the relay's persistent state (default: {DEFAULT_RELAY_DIR}); "
@@ -122,11 +127,17 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("--force-config", metavar="FILE",
                        help="config that overrides any other configuration; re-read on SIGHUP")
     state.add_argument("--reset-config", action="store_true",
-                       help=NOT_ACTIVE.format("there is no stored configuration to reset yet"))
+                       help="clear the config cached from the agent in --relay-dir and exit "
+                            "(cri-resmgr must be stopped)")
     state.add_argument("--reset-policy", action="store_true",
-                       help=NOT_ACTIVE.format("there is no stored policy state to reset yet"))
+                       help="clear the active policy and its allocations from the cache in --relay-dir and "
+                            "exit (cri-resmgr must be stopped)")
     state.add_argument("--disable-policy-switch", action="store_true",
-                       help=NOT_ACTIVE.format("policies cannot be switched at runtime yet"))
+                       help="keep the policy stored in the cache even if the configuration asks for "
+                            "another one at startup (switching at runtime is always refused)")
+    state.add_argument("--sysfs-root", default="/", metavar="DIR",
+                       help="root under which sys/devices/system is read for the CPU/NUMA topology "
+                            "(default: /)")
     runtime = parser.add_argument_group("runtime behaviour")
     runtime.add_argument("--metrics-address", default=None,
                          help="HTTP address for Prometheus /metrics, [HOST]:PORT (default: "
@@ -146,21 +157,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def default_hook_factory(settings: RelaySettings) -> ResourceManagerHook:
-    """The 'none' policy; other policies are wired in by the policy package."""
-    if settings.policy != "none":
-        log.warning("policy %r is not wired into this relay yet; running policy 'none' (pass-through)",
-                    settings.policy)
-    return NoopHook()
+def _reset_state(args: argparse.Namespace) -> int:
+    """--reset-policy / --reset-config: clear that part of the cache and exit (the relay must be stopped)."""
+    try:
+        cleared = reset_cache(args.relay_dir, policy=args.reset_policy, config=args.reset_config,
+                              relay_socket=args.relay_socket)
+    except CacheError as err:
+        sys.stderr.write(f"cri-resmgr: {err}\n")
+        return 1
+    what = ", ".join(cleared) or "nothing"
+    log.info("reset %s in %s", what, args.relay_dir)
+    print(f"cri-resmgr: cleared {what} in {args.relay_dir}")
+    return 0
+
+
+def build_resource_manager(args: argparse.Namespace) -> ResourceManager:
+    """The resource manager from the flags; raises ConfigError or TopologyError naming the problem."""
+    return ResourceManager.from_options(relay_dir=args.relay_dir, fallback_config=args.fallback_config,
+                                        force_config=args.force_config,
+                                        disable_policy_switch=args.disable_policy_switch,
+                                        sysfs_root=args.sysfs_root)
 
 
 class _Runner:
-    """Holds the running relay and reacts to signals."""
+    """Holds the running relay and config plane, and reacts to signals."""
 
     def __init__(self, args: argparse.Namespace, relay: Relay, settings: RelaySettings) -> None:
         self.args = args
         self.relay = relay
         self.settings = settings
+        self.plane: ConfigPlaneHandle | None = None
         self.reload = threading.Event()
         self.wake = threading.Event()
 
@@ -181,38 +207,57 @@ class _Runner:
                 self.reload.clear()
                 self.reload_config()
 
+    def apply_relay_sections(self, config: dict[str, Any], source: str) -> None:
+        """Apply the relay's own sections (dump, logger) of a config that became active."""
+        settings = settings_from_config(config, source)
+        self.relay.dumper.reconfigure(settings.dump)
+        set_debug_modules(parse_debug_modules(self.args.debug) + settings.debug_modules,
+                          root_package="resmgr", base_level=self.args.log_level)
+        self.settings = settings
+
     def reload_config(self) -> None:
         if not self.args.force_config:
             log.info("SIGHUP: no --force-config to reload")
             return
+        if self.plane is not None:
+            problem = self.plane.reload_force_config()
+            if problem:
+                log.error("SIGHUP: keeping the current config: %s", problem)
+            else:
+                log.info("SIGHUP: reloaded forced config", extra={"source": self.args.force_config})
+            return
         try:
             config, source = effective_config(self.args.force_config, self.args.fallback_config)
-            settings = settings_from_config(config, source)
+            self.apply_relay_sections(config, source)
         except SettingsError as err:
             log.error("SIGHUP: keeping the current config: %s", err)
             return
-        self.relay.dumper.reconfigure(settings.dump)
-        set_debug_modules(parse_debug_modules(self.args.debug) + settings.debug_modules,
-                          root_package="resmgr", base_level=self.args.log_level)
-        self.relay.reconfigure_hook(settings.raw)
-        self.settings = settings
+        self.relay.reconfigure_hook(self.settings.raw)
         log.info("SIGHUP: reloaded forced config", extra={"source": self.args.force_config})
 
 
 def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None) -> int:
+    """Run cri-resmgr. ``hook_factory`` replaces the resource manager and config plane (tests)."""
     args = build_parser().parse_args(argv)
     if args.list_policies:
         print("\n".join(available_policies()))
         return 0
     setup_logging(fmt=args.log_format, level=args.log_level, debug_modules=parse_debug_modules(args.debug),
                   root_package="resmgr")
-    for attr, flag in _INACTIVE_FLAGS.items():
-        if getattr(args, attr):
-            log.warning("%s is not active yet in this build and is ignored", flag)
+    if args.reset_policy or args.reset_config:
+        return _reset_state(args)
+    rm: ResourceManager | None = None
     try:
+        # Check the files first: a bad file is reported with its path before any state is touched.
         config, source = effective_config(args.force_config, args.fallback_config)
         settings = settings_from_config(config, source)
-    except SettingsError as err:
+        if hook_factory is None:
+            rm = build_resource_manager(args)
+            # The cached agent config may win over the fallback file.
+            if rm.config_source != "fallback-config" and rm.config_source != "force-config":
+                config, source = rm.config, rm.config_source
+                settings = settings_from_config(config, source)
+    except (SettingsError, ConfigError, TopologyError, CacheError) as err:
         sys.stderr.write(f"cri-resmgr: {err}\n")
         return 2
     if settings.debug_modules:
@@ -229,7 +274,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
         except (OSError, ValueError) as err:
             # Metrics are not worth failing kubelet's runtime for; say so loudly and go on.
             log.error("cannot serve metrics on %s: %s; continuing without /metrics", metrics_address, err)
-    hook = (hook_factory or default_hook_factory)(settings)
+    hook: ResourceManagerHook = hook_factory(settings) if hook_factory is not None else AdjustingHook(rm)
     relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket,
                   image_socket=args.image_socket, hook=hook, metrics=metrics,
                   dumper=Dumper(settings.dump), pid_file=args.pid_file or None, max_workers=args.workers,
@@ -240,13 +285,22 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     signal.signal(signal.SIGHUP, runner.on_hangup)
     try:
         relay.start()
+        if rm is not None:
+            applier = ResourceManagerApplier(rm, lambda updates, why: relay.interceptor.apply_updates(updates, why),
+                                             runner.apply_relay_sections)
+            runner.plane = start_config_plane(args, applier, initial_source=rm.config_source)
+            hook.plane = runner.plane.plane
         runner.run_until_stopped()
     except (StartupError, OSError) as err:
-        log.error("cannot start the relay: %s", err)
+        log.error("cannot start: %s", err)
+        if runner.plane is not None:
+            runner.plane.stop()
         relay.stop(grace=0)
         return 1
     finally:
         if metrics_server is not None:
             metrics_server.shutdown()
+    if runner.plane is not None:
+        runner.plane.stop()
     relay.stop(grace=args.shutdown_grace)
     return 0

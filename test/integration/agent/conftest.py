@@ -85,7 +85,7 @@ class PlaneNode:
 
     def start_resmgr(self) -> None:
         self.resmgr = Process("cri-resmgr", [
-            sys.executable, str(HERE / "resmgr_with_config_plane.py"),
+            str(BIN / "cri-resmgr"),
             "--relay-socket", self.relay_socket, "--runtime-socket", self.containerd.socket,
             "--relay-dir", str(self.relay_dir), "--pid-file", "", "--fallback-config", str(self.fallback),
             "--config-socket", self.config_socket, "--agent-socket", self.agent_socket,
