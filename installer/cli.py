@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from installer import readiness
@@ -126,7 +127,11 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
     sup_settings = SupervisorSettings(interval_s=args.check_interval, relay_timeout_s=args.relay_timeout,
                                       recover_after_s=args.recover_after, restart_backoff_s=args.restart_backoff,
                                       max_fallbacks=args.max_fallbacks)
+    install_error = ""  # why this rollout's install failed; every readiness report carries it
+
     def report(ready: bool, reason: str) -> None:
+        if install_error:
+            ready, reason = False, f"{install_error}; {reason}"
         readiness.write_ready(args.ready_file, ready, reason, "install")
 
     supervisor: Supervisor | None = None
@@ -137,6 +142,7 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
             try:
                 result = installer.install(read_config_dir(args.config_dir))
                 converged = True
+                install_error = ""
                 reason = (f"installed: kubelet ({result.kubelet_layout} layout) uses the relay, which forwards "
                           f"to {result.runtime_endpoint}")
                 readiness.write_ready(args.ready_file, True, reason, "install")
@@ -145,7 +151,8 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
                 supervisor = Supervisor(installer, sup_settings, report)
             except Exception as exc:  # every failure becomes not-ready with its reason, then a retry
                 log.error("install failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
-                readiness.write_ready(args.ready_file, False, f"install failed: {exc}", "install")
+                install_error = f"install failed: {exc}"
+                readiness.write_ready(args.ready_file, False, install_error, "install")
                 if args.once:
                     return 1
                 # Kubelet may still point at the relay from an earlier rollout (say this one ships a
@@ -153,27 +160,25 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
                 if supervisor is None and installer.journal().get(KUBELET_TARGET) == "relay":
                     supervisor = Supervisor(installer, sup_settings, report)
                 if supervisor is not None:
-                    _supervise(supervisor, args, ready_override=f"install failed: {exc}")
+                    _supervise(supervisor, report)
                 stop.wait(retry)
                 retry = min(retry * 2, 60.0)
                 continue
         assert supervisor is not None
-        _supervise(supervisor, args)
+        _supervise(supervisor, report)
         stop.wait(args.check_interval)
     log.info("stopping on a signal; the node is left as it is (only uninstall mode reverses the install)")
     return 0
 
 
-def _supervise(supervisor: Supervisor, args: argparse.Namespace, ready_override: str | None = None) -> None:
+def _supervise(supervisor: Supervisor, report: Callable[[bool, str], None]) -> None:
     try:
         decision = supervisor.tick()
         ready, reason = decision.ready, decision.reason
     except Exception as exc:
         log.error("supervision step failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
         ready, reason = False, f"supervision failed: {exc}"
-    if ready_override is not None:
-        ready, reason = False, f"{ready_override}; {reason}"
-    readiness.write_ready(args.ready_file, ready, reason, "install")
+    report(ready, reason)
 
 
 def run_uninstall(installer: NodeInstaller, args: argparse.Namespace, stop: threading.Event) -> int:
