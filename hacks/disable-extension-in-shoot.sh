@@ -4,12 +4,5 @@
 # Usage: hacks/disable-extension-in-shoot.sh SHOOT [PROJECT_NAMESPACE]
 . "$(dirname "$0")/lib-shoot.sh"
 shoot_args "$@"
-current="$("$KUBECTL" -n "$NAMESPACE" get shoot "$SHOOT" -o json)"
-patched="$(python3 -c '
-import json, sys
-typ = sys.argv[1]
-shoot = json.load(sys.stdin)
-exts = [e for e in shoot["spec"].get("extensions", []) if e.get("type") != typ]
-print(json.dumps({"spec": {"extensions": exts}}))' "$EXTENSION_TYPE" <<<"$current")"
-"$KUBECTL" -n "$NAMESPACE" patch shoot "$SHOOT" --type merge -p "$patched"
+patch_shoot_extensions disable
 echo "disabled $EXTENSION_TYPE in shoot $NAMESPACE/$SHOOT"

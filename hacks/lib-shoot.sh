@@ -14,3 +14,14 @@ shoot_args() {
   NAMESPACE="${2:-garden-local}"
   "$KUBECTL" -n "$NAMESPACE" get shoot "$SHOOT" >/dev/null
 }
+
+# patch_shoot_extensions enable|disable [ARGS...]: computes the patch with hacks/shoot_extensions.py
+# (the one implementation, shared with the e2e suite) and applies it; no patch when nothing changes.
+patch_shoot_extensions() {
+  local current patch
+  current="$("$KUBECTL" -n "$NAMESPACE" get shoot "$SHOOT" -o json)"
+  patch="$(python3 "$(dirname "${BASH_SOURCE[0]}")/shoot_extensions.py" "$@" --type "$EXTENSION_TYPE" <<<"$current")"
+  if [ -n "$patch" ]; then
+    "$KUBECTL" -n "$NAMESPACE" patch shoot "$SHOOT" --type merge -p "$patch"
+  fi
+}
