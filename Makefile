@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export CRI_RESMGR_DEV_CACHE ?= $(HOME)/.cache/cri-resmgr-dev
 
-.PHONY: setup venv tools test test-unit test-integration lint bench bench-relay bench-policy bench-install bench-extension clean
+.PHONY: setup venv tools demo test test-unit test-integration lint bench bench-relay bench-policy bench-install bench-extension clean
 
 setup: venv tools
 
@@ -21,6 +21,10 @@ $(VENV)/.installed: pyproject.toml
 
 tools:
 	bash hacks/setup-tools.sh
+
+# The main job: a local seed API plus a systemd node, enable -> pinned pod -> disable.
+demo: venv tools
+	$(PY) hacks/demo.py
 
 # pytest exits 5 when it collected nothing; a run that tests nothing is a failure.
 PYTEST = $(PY) -m pytest
@@ -56,3 +60,10 @@ proto: venv
 
 proto-check: venv
 	$(PY) -m resmgr.proto.check
+
+# Shipping: the single-file executable (cached by source hash) and the container images.
+EXE ?= _out/bin/cri-resmgr
+
+.PHONY: build-exe
+build-exe: venv
+	bash hacks/build-executable.sh $(EXE)

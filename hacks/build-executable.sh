@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Build the single self-contained cri-resmgr executable (PyInstaller one-file).
+#
+# usage: hacks/build-executable.sh [OUTPUT]      (default: _out/bin/cri-resmgr)
+#
+# One binary holds cri-resmgr, cri-resmgr-agent, cri-resmgr-agent-probe,
+# cri-resmgr-installer and gardener-extension-cri-resmgr; it runs the command
+# named by its own basename or by its first argument (hacks/exe_entry.py).
+# The result runs on a node without Python (same or newer glibc than the
+# build host). The build is slow, so it is cached: OUTPUT is rebuilt only when
+# the hash of the sources, templates, this script and the installed Python
+# packages changes (kept in OUTPUT.sha256). FORCE=1 rebuilds anyway.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$repo/_out/bin/cri-resmgr}
+case $out in /*) ;; *) out=$PWD/$out ;; esac
+python=${PYTHON:-$repo/.venv/bin/python}
+work=$repo/_out/pyinstaller
+
+if ! "$python" -c 'import PyInstaller' 2>/dev/null; then
+    echo "build-executable: PyInstaller is missing in $python; run: $repo/.venv/bin/pip install -e '$repo[dev]'" >&2
+    exit 1
+fi
+
+# Parallel builds (several test sessions) share the work dir: one at a time.
+mkdir -p "$repo/_out"
+exec 9>"$repo/_out/.build-executable.lock"
+flock 9
+
+# Content hash of everything that ends up in the binary.
+hash=$(
+    cd "$repo"
+    {
+        find resmgr installer extension -type f \( -name '*.py' -o -name '*.j2' -o -name '*.yaml' -o -name '*.proto' \) \
+            -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum
+        sha256sum hacks/exe_entry.py hacks/build-executable.sh
+        "$python" -m pip freeze --exclude-editable 2>/dev/null
+        "$python" -c 'import sys; print(sys.version)'
+    } | sha256sum | cut -d' ' -f1
+)
+
+if [[ -z ${FORCE:-} && -x $out && -f $out.sha256 && $(cat "$out.sha256") == "$hash" ]]; then
+    echo "build-executable: $out is up to date (sources $hash)"
+    exit 0
+fi
+
+echo "build-executable: building $out (sources $hash); this takes a few minutes"
+start=$SECONDS
+mkdir -p "$work" "$(dirname "$out")"
+rm -rf "$work/dist"
+# --collect-submodules: every module of our packages, even ones only imported lazily.
+# --collect-data: jinja2 templates (installer/templates/*.j2) and other package data.
+"$python" -m PyInstaller --noconfirm --clean --onefile --log-level WARN \
+    --name cri-resmgr \
+    --distpath "$work/dist" --workpath "$work/build" --specpath "$work" \
+    --paths "$repo" \
+    --collect-submodules resmgr --collect-submodules installer --collect-submodules extension \
+    --collect-data installer --collect-data resmgr --collect-data extension \
+    --collect-submodules cri_api \
+    "$repo/hacks/exe_entry.py"
+install -m 0755 "$work/dist/cri-resmgr" "$out.tmp"
+mv -f "$out.tmp" "$out"
+echo "$hash" > "$out.sha256"
+echo "build-executable: wrote $out ($(du -h "$out" | cut -f1)) in $((SECONDS - start))s"

@@ -1,0 +1,90 @@
+"""Entry point of the single-file executable (PyInstaller one-file, see hacks/build-executable.sh).
+
+One binary carries every command; it picks the command from the name it was
+invoked under (a symlink or copy named ``cri-resmgr-installer`` runs the
+installer) or, failing that, from its first argument
+(``cri-resmgr-bundle cri-resmgr-installer --help``).  Each command is imported
+lazily so starting the relay does not pay for kopf and the kubernetes client.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+Main = Callable[[], int | None]
+
+
+# Explicit imports inside functions: PyInstaller's analysis sees them, Python runs only the one needed.
+def _resmgr() -> Main:
+    from resmgr.cli import main
+    return main
+
+
+def _agent() -> Main:
+    from resmgr.agent.cli import main
+    return main
+
+
+def _agent_probe() -> Main:
+    from resmgr.agent.probe import main
+    return main
+
+
+def _installer() -> Main:
+    from installer.cli import main
+    return main
+
+
+def _extension() -> Main:
+    from extension.cli import main
+    return main
+
+
+COMMANDS: dict[str, Callable[[], Main]] = {
+    "cri-resmgr": _resmgr,
+    "cri-resmgr-agent": _agent,
+    "cri-resmgr-agent-probe": _agent_probe,
+    "cri-resmgr-installer": _installer,
+    "gardener-extension-cri-resmgr": _extension,
+}
+
+USAGE = """usage: {prog} COMMAND [ARGS...]   (or invoke this file under a command's name)
+
+One executable for all cri-resmgr commands. Commands:
+  {commands}
+Run `{prog} COMMAND --help` for a command's options.
+"""
+
+
+def choose(argv: list[str]) -> tuple[str | None, list[str]]:
+    """The command to run and the argv it should see (argv[0] becomes the command name)."""
+    # No command takes a positional argument named like a command, so the first argument wins
+    # (`cri-resmgr cri-resmgr-agent --help` runs the agent).
+    if len(argv) > 1 and argv[1] in COMMANDS:
+        return argv[1], [argv[1], *argv[2:]]
+    name = os.path.basename(argv[0]) if argv else ""
+    if name in COMMANDS:
+        return name, [name, *argv[1:]]
+    return None, argv
+
+
+def main() -> int:
+    command, argv = choose(sys.argv)
+    if command is None:
+        prog = os.path.basename(sys.argv[0]) if sys.argv else "cri-resmgr-bundle"
+        stream = sys.stdout if sys.argv[1:2] in (["--help"], ["-h"]) else sys.stderr
+        print(USAGE.format(prog=prog, commands="\n  ".join(COMMANDS)), file=stream, end="")
+        if stream is sys.stderr:
+            what = f"unknown command {sys.argv[1]!r}" if len(sys.argv) > 1 else "no command given"
+            print(f"{prog}: error: {what}", file=sys.stderr)
+            return 2
+        return 0
+    sys.argv = argv
+    rc = COMMANDS[command]()()
+    return rc if isinstance(rc, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
