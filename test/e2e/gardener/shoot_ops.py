@@ -13,8 +13,10 @@ import json
 import shlex
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -152,12 +154,21 @@ def debug_pod_manifest(node: str, name: str, image: str, namespace: str = "kube-
     }
 
 
+class NodeRunner(Protocol):
+    """Runs shell scripts in a node's host namespaces (a shoot node, or a local test node)."""
+
+    node: str
+
+    def run(self, script: str, check: bool = False) -> subprocess.CompletedProcess: ...
+
+
 class NodeShell:
     """Runs commands in the host namespaces of one shoot node."""
 
     def __init__(self, shoot: Kube, node: str, image: str):
         self.shoot, self.node = shoot, node
-        self.pod = f"cri-resmgr-e2e-{abs(hash(node)) % 10**8}"
+        # Unique per use: the previous check's pod may still be terminating.
+        self.pod = f"cri-resmgr-e2e-{uuid.uuid4().hex[:10]}"
         self.shoot.run("apply", "-f", "-", input=json.dumps(debug_pod_manifest(node, self.pod, image)))
         self.shoot.run("-n", "kube-system", "wait", "--for=condition=Ready", f"pod/{self.pod}", "--timeout=300s",
                        timeout=330)
@@ -197,7 +208,7 @@ def normalize_endpoint(endpoint: str) -> str:
     return "unix://" + path
 
 
-def node_kubelet_endpoint(node: NodeShell) -> str:
+def node_kubelet_endpoint(node: NodeRunner) -> str:
     """The running kubelet's endpoint (what it really uses, not what a file on disk says)."""
     r = node.run("pid=$(pidof kubelet) && tr '\\0' '\\n' </proc/$pid/cmdline", check=True)
     args = r.stdout.splitlines()
@@ -210,7 +221,7 @@ def node_kubelet_endpoint(node: NodeShell) -> str:
     return kubelet_endpoint(args[1:], config)
 
 
-def node_state(node: NodeShell) -> dict:
+def node_state(node: NodeRunner) -> dict:
     """What the e2e assertions look at on a node."""
     status = node.run(f"systemctl status --no-pager {UNIT}")
     unit_file = node.run(f"systemctl list-unit-files --no-legend {UNIT}.service")
@@ -220,18 +231,29 @@ def node_state(node: NodeShell) -> dict:
             "kubelet_endpoint": node_kubelet_endpoint(node)}
 
 
-def installed_check(node: NodeShell):
+def _state_or_reason(node: NodeRunner) -> tuple[dict | None, str]:
+    try:
+        return node_state(node), ""
+    except (RuntimeError, subprocess.TimeoutExpired) as e:  # e.g. kubelet restarting, pod being evicted
+        return None, f"{node.node}: {e}"
+
+
+def installed_check(node: NodeRunner):
     def check() -> tuple[bool, str]:
-        s = node_state(node)
+        s, why = _state_or_reason(node)
+        if s is None:
+            return False, why
         ok = s["active"] == "active" and s["status_rc"] == 0 and \
             s["kubelet_endpoint"] == normalize_endpoint(RELAY_ENDPOINT)
         return ok, f"{node.node}: unit {s['active']}, kubelet on {s['kubelet_endpoint']}"
     return check
 
 
-def removed_check(node: NodeShell):
+def removed_check(node: NodeRunner):
     def check() -> tuple[bool, str]:
-        s = node_state(node)
+        s, why = _state_or_reason(node)
+        if s is None:
+            return False, why
         ok = not s["unit_installed"] and s["kubelet_endpoint"] == normalize_endpoint(CONTAINERD_ENDPOINT)
         return ok, f"{node.node}: unit installed={s['unit_installed']}, kubelet on {s['kubelet_endpoint']}"
     return check

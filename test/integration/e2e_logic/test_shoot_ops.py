@@ -189,3 +189,67 @@ def test_shoot_reconciled():
 ])
 def test_kubelet_endpoint(cmdline, config, want):
     assert shoot_ops.kubelet_endpoint(cmdline, config) == want
+
+
+class LocalNode:
+    """The e2e node checks' view of a local systemd node (nsenter from the host instead of a pod)."""
+
+    node = "local-node"
+
+    def __init__(self, systemd_node):
+        self.systemd_node = systemd_node
+
+    def run(self, script: str, check: bool = False) -> subprocess.CompletedProcess:
+        return self.systemd_node.run(script, check=check)
+
+
+def start_fake_kubelet(systemd_node, endpoint: str) -> None:
+    # A process whose name is "kubelet" with kubelet's flag (python3 ignores args after -c's code).
+    systemd_node.run("ln -sf /usr/bin/python3 /usr/local/bin/kubelet")
+    systemd_node.run(["systemd-run", "--unit", "fake-kubelet", "/usr/local/bin/kubelet", "-c",
+                      "import time; time.sleep(1e9)", f"--container-runtime-endpoint={endpoint}"])
+    shoot_ops.wait_until("fake kubelet", lambda: (systemd_node.run("pidof kubelet", check=False).returncode == 0,
+                                                  "not running"), 30, interval=0.5)
+
+
+def test_node_checks_on_a_systemd_node(systemd_node):
+    node = LocalNode(systemd_node)
+    installed, removed = shoot_ops.installed_check(node), shoot_ops.removed_check(node)
+    done, why = installed()
+    assert not done and "local-node" in why  # no kubelet running: a reason, not an exception
+
+    systemd_node.write_file("/etc/systemd/system/cri-resource-manager.service",
+                            "[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n")
+    systemd_node.systemctl("daemon-reload")
+    systemd_node.systemctl("start", "cri-resource-manager")
+    start_fake_kubelet(systemd_node, shoot_ops.RELAY_ENDPOINT)
+    state = shoot_ops.node_state(node)
+    assert state["active"] == "active" and state["status_rc"] == 0 and state["unit_installed"]
+    assert "cri-resource-manager.service" in state["status"]
+    assert state["kubelet_endpoint"] == "unix:///run/cri-resmgr/cri-resmgr.sock"
+    assert installed() == (True, "local-node: unit active, kubelet on unix:///run/cri-resmgr/cri-resmgr.sock")
+    assert removed()[0] is False
+
+    # Unit stopped but kubelet still on the relay: neither installed nor removed.
+    systemd_node.systemctl("stop", "cri-resource-manager")
+    assert installed()[0] is False and removed()[0] is False
+
+    # Uninstalled: unit file gone, kubelet restarted on containerd.
+    systemd_node.run("rm /etc/systemd/system/cri-resource-manager.service")
+    systemd_node.systemctl("daemon-reload")
+    systemd_node.systemctl("stop", "fake-kubelet")
+    start_fake_kubelet(systemd_node, "/run/containerd/containerd.sock")
+    state = shoot_ops.node_state(node)
+    assert not state["unit_installed"] and state["status_rc"] != 0
+    assert removed() == (True, "local-node: unit installed=False, kubelet on unix:///run/containerd/containerd.sock")
+    assert installed()[0] is False
+
+
+def test_null_extensions_without_the_api():
+    # The API server may drop a null field on create; the functions must handle it either way.
+    se = shoot_ops.shoot_extensions
+    shoot = {"metadata": {"resourceVersion": "7"}, "spec": {"extensions": None}}
+    assert se.merge_patch(shoot, se.enabled_extensions(shoot)) == {
+        "metadata": {"resourceVersion": "7"}, "spec": {"extensions": [{"type": OURS}]}}
+    assert se.merge_patch(shoot, se.disabled_extensions(shoot)) is None
+    assert se.disabled_extensions(shoot, keep_entry=True) == [{"type": OURS, "disabled": True}]
