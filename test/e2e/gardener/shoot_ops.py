@@ -263,3 +263,19 @@ def shoot_nodes(shoot: Kube, pools: list[str] | None = None) -> list[str]:
     items = shoot.get_json("nodes")["items"]
     return sorted(n["metadata"]["name"] for n in items
                   if pools is None or n["metadata"].get("labels", {}).get("worker.gardener.cloud/pool") in pools)
+
+
+CONFIG_SOURCE = "cri-resource-manager.intel.com/config-source"
+CONFIG_ERROR = "cri-resource-manager.intel.com/config-error"
+
+
+def agent_config_applied(node_obj: dict, configmap: str = "cri-resmgr-config.default") -> tuple[bool, str]:
+    """Whether cri-resmgr-agent reports ``configmap`` applied on the Node (its annotations)."""
+    ann = node_obj.get("metadata", {}).get("annotations") or {}
+    name = node_obj.get("metadata", {}).get("name", "?")
+    if ann.get(CONFIG_ERROR):
+        return False, f"{name}: agent reports {ann[CONFIG_ERROR]}"
+    source = ann.get(CONFIG_SOURCE, "")
+    if not source.startswith(f"kube-system/{configmap}@"):
+        return False, f"{name}: config source is {source or 'not reported'}, want kube-system/{configmap}"
+    return True, ""

@@ -98,6 +98,9 @@ class Scenario:
                 if installed:
                     assert state["active"] == "active" and state["status_rc"] == 0, state["status"]
                     assert state["kubelet_endpoint"] == shoot_ops.normalize_endpoint(shoot_ops.RELAY_ENDPOINT)
+                    # The providerConfig's default config reached cri-resmgr through the agent.
+                    shoot_ops.wait_until("agent applied the default config",
+                                         lambda n=name: shoot_ops.agent_config_applied(shoot.get_json("node", n)), 300)
                 else:
                     assert not state["unit_installed"], state["status"]
                     assert state["kubelet_endpoint"] == shoot_ops.normalize_endpoint(shoot_ops.CONTAINERD_ENDPOINT)
@@ -126,6 +129,9 @@ def test_hibernate_then_reconcile(shoot):
     shoot.enable()
     shoot.assert_nodes(installed=True)
     shoot_ops.set_hibernation(shoot.garden, NAMESPACE, NAME, True)
+    shoot_ops.wait_shoot_reconciled(shoot.garden, NAMESPACE, NAME, TIMEOUT)
+    # A reconcile while hibernated succeeds (the extension deploys nothing then).
+    shoot_ops.trigger_reconcile(shoot.garden, NAMESPACE, NAME)
     shoot_ops.wait_shoot_reconciled(shoot.garden, NAMESPACE, NAME, TIMEOUT)
     shoot_ops.set_hibernation(shoot.garden, NAMESPACE, NAME, False)
     shoot_ops.wait_shoot_reconciled(shoot.garden, NAMESPACE, NAME, TIMEOUT)

@@ -253,3 +253,17 @@ def test_null_extensions_without_the_api():
         "metadata": {"resourceVersion": "7"}, "spec": {"extensions": [{"type": OURS}]}}
     assert se.merge_patch(shoot, se.disabled_extensions(shoot)) is None
     assert se.disabled_extensions(shoot, keep_entry=True) == [{"type": OURS, "disabled": True}]
+
+
+def test_agent_config_applied():
+    def node(**ann):
+        return {"metadata": {"name": "n1", "annotations": ann}}
+    src, err = shoot_ops.CONFIG_SOURCE, shoot_ops.CONFIG_ERROR
+    assert shoot_ops.agent_config_applied(node(**{src: "kube-system/cri-resmgr-config.default@123"})) == (True, "")
+    done, why = shoot_ops.agent_config_applied(node(**{src: "kube-system/cri-resmgr-config.default@1",
+                                                      err: "kube-system/cri-resmgr-config.default@2: bad"}))
+    assert not done and "bad" in why
+    assert shoot_ops.agent_config_applied(node(**{src: "none"})) == (
+        False, "n1: config source is none, want kube-system/cri-resmgr-config.default")
+    assert not shoot_ops.agent_config_applied(node(**{src: "kube-system/cri-resmgr-config.default.x@1"}))[0]
+    assert not shoot_ops.agent_config_applied({"metadata": {"name": "n1"}})[0]
