@@ -67,3 +67,26 @@ EXE ?= _out/bin/cri-resmgr
 .PHONY: build-exe
 build-exe: venv
 	bash hacks/build-executable.sh $(EXE)
+
+# Container images. build-images writes docker-archive tars without a container engine
+# (import with `ctr -n k8s.io images import`); push-images builds the Dockerfile's targets with
+# docker buildx and pushes them, so it needs a docker daemon.
+REGISTRY ?= europe-docker.pkg.dev/gardener-project/public/gardener/extensions
+TAG ?= v0.1.0
+IMAGES_DIR ?= _out/images
+PLATFORMS ?= linux/amd64
+
+.PHONY: build-images push-images
+build-images: build-exe
+	python3 hacks/build-images.py --executable $(EXE) --output-dir $(IMAGES_DIR) --registry $(REGISTRY) --tag $(TAG)
+
+push-images:
+	@command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 || { \
+	  echo "push-images: needs docker with a running daemon (docker buildx builds the Dockerfile's targets)." >&2; \
+	  echo "  No daemon here: \`make build-images\` writes daemonless tars to $(IMAGES_DIR)/ instead;" >&2; \
+	  echo "  push those with a registry client, e.g. skopeo copy docker-archive:$(IMAGES_DIR)/extension.tar docker://…" >&2; \
+	  exit 1; }
+	docker buildx build --platform $(PLATFORMS) --target extension \
+	  -t $(REGISTRY)/gardener-extension-cri-resmgr:$(TAG) --push .
+	docker buildx build --platform $(PLATFORMS) --target installation \
+	  -t $(REGISTRY)/cri-resmgr-installer:$(TAG) -t $(REGISTRY)/cri-resmgr-agent:$(TAG) --push .

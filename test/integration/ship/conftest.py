@@ -19,3 +19,14 @@ def executable() -> Path:
     assert r.returncode == 0, f"build-executable.sh failed:\n{r.stdout}\n{r.stderr}"
     assert out.is_file()
     return out
+
+
+@pytest.fixture(scope="session")
+def shipped_images(executable: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """hacks/build-images.py's docker-archive tars, built from the session's executable."""
+    out = tmp_path_factory.mktemp("images")
+    r = subprocess.run(["python3", str(REPO / "hacks" / "build-images.py"), "--executable", str(executable),
+                        "--output-dir", str(out), "--registry", "registry.test/cri-resmgr", "--tag", "ship-test"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"build-images.py failed:\n{r.stdout}\n{r.stderr}"
+    return {"extension": out / "extension.tar", "installation": out / "installation.tar"}
