@@ -9,6 +9,7 @@ Runs only when GARDEN_KUBECONFIG points at the garden cluster with this extensio
   SHOOT_MANIFEST      Shoot YAML to create (its extensions are cleared)     examples/shoot.yaml
   E2E_DEBUG_IMAGE     image of the privileged pod used to reach the nodes          busybox:1.36
   E2E_TIMEOUT         seconds to wait for one shoot operation                               1800
+  KUBECTL             kubectl binary                              the dev cache's (make setup)
 
 Each scenario creates the shoot, so it must not exist beforehand. The enable/disable logic used
 here is tested without a Gardener in test/integration/e2e_logic/.
@@ -17,6 +18,7 @@ here is tested without a Gardener in test/integration/e2e_logic/.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 
@@ -59,8 +61,6 @@ def shoot_manifest() -> dict:
 @pytest.fixture
 def shoot(garden, tmp_path):
     """Creates the shoot, yields a helper; deletes the shoot even when the test fails."""
-    import json
-
     garden.run("create", "-f", "-", input=json.dumps(shoot_manifest()))
     try:
         shoot_ops.wait_shoot_reconciled(garden, NAMESPACE, NAME, TIMEOUT)
