@@ -8,7 +8,6 @@ same schema code cri-resmgr uses, so a bad one never reaches a node.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,13 +60,14 @@ def classify(name: str, *, where: str) -> str:
 
 
 def validate_extra_options(text: str, *, where: str) -> None:
-    """EXTRA_OPTIONS is a line of cri-resmgr flags; the installer checks the flag names."""
+    """EXTRA_OPTIONS is a line of cri-resmgr flags: checked with the installer's own code, so a
+    line the node would refuse becomes lastError here instead of a failed rollout."""
+    from installer.static_config import StaticConfigError, parse_extra_options
+
     try:
-        tokens = shlex.split(text)
-    except ValueError as err:
-        raise ConfigurationError(where, f"cannot be split into flags: {err}") from None
-    if tokens and not tokens[0].startswith("-"):
-        raise ConfigurationError(where, f"must start with a flag, got {tokens[0]!r}")
+        parse_extra_options(text)
+    except StaticConfigError as err:
+        raise ConfigurationError(where, str(err)) from None
 
 
 def _validate_text(text: str, *, where: str) -> dict[str, Any]:

@@ -69,7 +69,7 @@ def known_flags(parser: argparse.ArgumentParser | None = None) -> dict[str, argp
 def parse_extra_options(text: str, parser: argparse.ArgumentParser | None = None) -> list[str]:
     """Validate EXTRA_OPTIONS and return its flags as tokens.
 
-    Accepts plain flags (``--metrics-interval=10s --log-level debug``) or the environment-file
+    Accepts plain flags (``--log-level=debug --shutdown-grace 10``) or the environment-file
     form ``EXTRA_OPTIONS="..."``. Comment lines (``#``) and blank lines are ignored.
     """
     if len(text.encode()) > MAX_EXTRA_OPTIONS_BYTES:

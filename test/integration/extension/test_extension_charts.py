@@ -44,7 +44,7 @@ def helm(tools, *args, values=None):
 INSTALL_VALUES = {
     "images": {"installer": "reg/installer:v1", "agent": "reg/agent:v1"},
     "configs": {"static": {"fallback": "policy:\n  Active: none\n", "force": "policy:\n  Active: static\n",
-                           "EXTRA_OPTIONS": "--metrics-interval=10s"},
+                           "EXTRA_OPTIONS": "--log-level=debug"},
                 "dynamic": {"default": {"policy": "Active: topology-aware\n"},
                             "node.worker-1": {"policy": "Active: balloons\n"},
                             "group.db": {"policy": "Active: static\n", "logger": "Debug: policy\n"}}},

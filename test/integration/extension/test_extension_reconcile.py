@@ -14,7 +14,7 @@ PROVIDER_CONFIG = {
     "configs": {
         "default": "policy:\n  Active: balloons\n  ReservedResources:\n    CPU: 1\n",
         "node.worker-1": "policy:\n  Active: static\n",
-        "EXTRA_OPTIONS": "--metrics-interval=10s",
+        "EXTRA_OPTIONS": "--log-level=debug",
     },
     "nodeSelector": {"example.com/cri-resmgr": "yes"},
     "workerPools": ["pool-a"],
@@ -82,7 +82,7 @@ def test_reconcile_deploys_secret_and_managed_resource(seed, operator):
     assert cms["cri-resmgr-config.node.worker-1"]["data"]["policy"].strip() == "Active: static"
     static = cms["cri-resmgr-installer-config"]["data"]
     assert static["fallback.cfg"] == "policy:\n  Active: none\n"
-    assert static["EXTRA_OPTIONS"] == "--metrics-interval=10s"
+    assert static["EXTRA_OPTIONS"] == "--log-level=debug"
     assert "force.cfg" not in static
     assert "adjustments.criresmgr.intel.com" in by_kind(objs, "CustomResourceDefinition")
     assert "cri-resmgr-metrics" in by_kind(objs, "Service")

@@ -32,10 +32,10 @@ def test_classify_rejects_unknown_or_bad_names(name):
 def test_split_keeps_static_text_and_sections_dynamic():
     split = validate_and_split({
         "fallback": "policy:\n  Active: none\n",
-        "EXTRA_OPTIONS": "--metrics-interval=10s",
+        "EXTRA_OPTIONS": "--log-level=debug",
         "default": "policy:\n  Active: topology-aware\n  ReservedResources:\n    CPU: 750m\nlogger:\n  Debug: policy\n",
     })
-    assert split.static == {"fallback": "policy:\n  Active: none\n", "EXTRA_OPTIONS": "--metrics-interval=10s"}
+    assert split.static == {"fallback": "policy:\n  Active: none\n", "EXTRA_OPTIONS": "--log-level=debug"}
     assert set(split.dynamic["default"]) == {"policy", "logger"}
     # Each section value is that section's YAML, as written (not normalised).
     assert yaml.safe_load(split.dynamic["default"]["policy"]) == {
@@ -74,11 +74,17 @@ def test_empty_dynamic_config_is_rejected():
         validate_and_split({"node.n1": ""})
 
 
-@pytest.mark.parametrize("value", ["foo --bar", "--x 'unterminated"])
-def test_extra_options_shape(value):
+@pytest.mark.parametrize("value", ["foo --bar", "--x 'unterminated", "--metrics-interval=10s",
+                                   "--relay-socket=/tmp/x.sock", "--shutdown-grace=soon"])
+def test_extra_options_rejected_like_the_node_would(value):
     with pytest.raises(ConfigurationError) as e:
         validate_and_split({"EXTRA_OPTIONS": value})
     assert e.value.field == "configs.EXTRA_OPTIONS"
+
+
+def test_known_extra_options_pass():
+    assert validate_and_split({"EXTRA_OPTIONS": "--log-level=debug --shutdown-grace 10"}).static == {
+        "EXTRA_OPTIONS": "--log-level=debug --shutdown-grace 10"}
 
 
 def test_provider_config_parsing():
