@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 # The two shipped images, for registries (`make push-images REGISTRY=... TAG=...`):
 #   --target extension      gardener-extension-cri-resmgr: Python, the helm CLI, the charts at /charts
-#   --target installation   cri-resmgr-installer / cri-resmgr-agent: the single-file cri-resmgr executable
-#                           (the installer copies /opt/cri-resmgr/bin/cri-resmgr to the node) and nsenter
+#   --target installation   cri-resmgr-installer / cri-resmgr-agent: the frozen cri-resmgr program (no Python),
+#                           the single-file executable the installer copies to nodes, and nsenter
 # hacks/build-images.py writes equivalent images as docker-archive tars without a container engine.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -17,7 +17,7 @@ COPY pyproject.toml README.md ./
 COPY resmgr resmgr
 COPY installer installer
 COPY extension extension
-COPY hacks/exe_entry.py hacks/build-executable.sh hacks/
+COPY hacks/exe_entry.py hacks/build-executable.sh hacks/cri-resmgr.spec hacks/
 RUN python -m venv /venv && /venv/bin/pip install --no-cache-dir . "pyinstaller>=6.10" \
     && PYTHON=/venv/bin/python bash hacks/build-executable.sh /out/cri-resmgr
 
@@ -42,10 +42,13 @@ ENV CRI_RESMGR_CHARTS_DIR=/charts HOME=/home/nonroot
 USER 65532:65532
 ENTRYPOINT ["gardener-extension-cri-resmgr"]
 
-# ---- installation-and-agent image (bookworm-slim has nsenter from util-linux, glibc and zlib)
+# ---- installation-and-agent image (bookworm-slim has nsenter from util-linux, glibc and zlib).
+# Containers run the unpacked build (no writable /tmp needed, fast probes); the one-file executable is what
+# the installer copies to nodes.
 FROM ${BASE_IMAGE} AS installation
+COPY --from=executable /out/cri-resmgr.dir /opt/cri-resmgr/lib
 COPY --from=executable /out/cri-resmgr /opt/cri-resmgr/bin/cri-resmgr
 RUN for c in cri-resmgr cri-resmgr-agent cri-resmgr-agent-probe cri-resmgr-installer; do \
-        ln -s /opt/cri-resmgr/bin/cri-resmgr /usr/local/bin/$c; done \
+        ln -s /opt/cri-resmgr/lib/cri-resmgr /usr/local/bin/$c; done \
     && command -v nsenter
 ENTRYPOINT ["/usr/local/bin/cri-resmgr-installer"]

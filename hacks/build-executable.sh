@@ -3,6 +3,8 @@
 #
 # usage: hacks/build-executable.sh [OUTPUT]      (default: _out/bin/cri-resmgr)
 #
+# Writes OUTPUT (one file) and OUTPUT.dir/ (the same program unpacked, for images;
+# see hacks/cri-resmgr.spec).
 # One binary holds cri-resmgr, cri-resmgr-agent, cri-resmgr-agent-probe,
 # cri-resmgr-installer and gardener-extension-cri-resmgr; it runs the command
 # named by its own basename or by its first argument (hacks/exe_entry.py).
@@ -34,13 +36,13 @@ hash=$(
     {
         find resmgr installer extension -type f \( -name '*.py' -o -name '*.j2' -o -name '*.yaml' -o -name '*.proto' \) \
             -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum
-        sha256sum hacks/exe_entry.py hacks/build-executable.sh
+        sha256sum hacks/exe_entry.py hacks/build-executable.sh hacks/cri-resmgr.spec
         "$python" -m pip freeze --exclude-editable 2>/dev/null
         "$python" -c 'import sys; print(sys.version)'
     } | sha256sum | cut -d' ' -f1
 )
 
-if [[ -z ${FORCE:-} && -x $out && -f $out.sha256 && $(cat "$out.sha256") == "$hash" ]]; then
+if [[ -z ${FORCE:-} && -x $out && -x $out.dir/cri-resmgr && -f $out.sha256 && $(cat "$out.sha256") == "$hash" ]]; then
     echo "build-executable: $out is up to date (sources $hash)"
     exit 0
 fi
@@ -49,17 +51,12 @@ echo "build-executable: building $out (sources $hash); this takes a few minutes"
 start=$SECONDS
 mkdir -p "$work" "$(dirname "$out")"
 rm -rf "$work/dist"
-# --collect-submodules: every module of our packages, even ones only imported lazily.
-# --collect-data: jinja2 templates (installer/templates/*.j2) and other package data.
-"$python" -m PyInstaller --noconfirm --clean --onefile --log-level WARN \
-    --name cri-resmgr \
-    --distpath "$work/dist" --workpath "$work/build" --specpath "$work" \
-    --paths "$repo" \
-    --collect-submodules resmgr --collect-submodules installer --collect-submodules extension \
-    --collect-data installer --collect-data resmgr --collect-data extension \
-    --collect-submodules cri_api \
-    "$repo/hacks/exe_entry.py"
+CRI_RESMGR_REPO=$repo "$python" -m PyInstaller --noconfirm --clean --log-level WARN \
+    --distpath "$work/dist" --workpath "$work/build" "$repo/hacks/cri-resmgr.spec"
 install -m 0755 "$work/dist/cri-resmgr" "$out.tmp"
+rm -rf "$out.dir.tmp" && cp -a "$work/dist/cri-resmgr.dir" "$out.dir.tmp"
+rm -f "$out.sha256"
+rm -rf "$out.dir" && mv "$out.dir.tmp" "$out.dir"
 mv -f "$out.tmp" "$out"
 echo "$hash" > "$out.sha256"
-echo "build-executable: wrote $out ($(du -h "$out" | cut -f1)) in $((SECONDS - start))s"
+echo "build-executable: wrote $out ($(du -h "$out" | cut -f1)) and $out.dir/ ($(du -sh "$out.dir" | cut -f1)) in $((SECONDS - start))s"

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Build the two shipped images as docker-archive tars, without a container engine.
 
-  extension image     gardener-extension-cri-resmgr (the single-file executable), the helm CLI
-                      and the charts at /charts; runs as uid 65532 with CRI_RESMGR_CHARTS_DIR=/charts.
-  installation image  the single-file executable at /opt/cri-resmgr/bin/cri-resmgr (what the installer
-                      copies to the node) with cri-resmgr, cri-resmgr-agent, cri-resmgr-agent-probe and
-                      cri-resmgr-installer on PATH, plus nsenter; tagged as both the installer and the agent image.
+  extension image     gardener-extension-cri-resmgr, the helm CLI and the charts at /charts;
+                      runs as uid 65532 with CRI_RESMGR_CHARTS_DIR=/charts.
+  installation image  cri-resmgr, cri-resmgr-agent, cri-resmgr-agent-probe and cri-resmgr-installer on PATH,
+                      nsenter, and the single-file executable at /opt/cri-resmgr/bin/cri-resmgr (what the
+                      installer copies to nodes); tagged as both the installer and the agent image.
 
-Both sit on a base layer with the host's glibc (the executable is built on this host, so its glibc matches),
-/tmp (the one-file executable unpacks itself there) and passwd/group entries for root and nonroot (65532).
+Containers run the unpacked (one-dir) build from hacks/build-executable.sh at /opt/cri-resmgr/lib: it needs
+no writable /tmp (the agent's root is read-only) and starts without unpacking itself on every probe.
+Both images sit on a base layer with the host's glibc (the program is built on this host, so its glibc
+matches), /tmp and passwd/group entries for root and nonroot (65532); that layer and the program's are shared.
 Writes <output-dir>/extension.tar and <output-dir>/installation.tar; import them with
 ``ctr -n k8s.io images import``. The Dockerfile builds the same images with a container engine.
 """
@@ -28,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_REGISTRY = "europe-docker.pkg.dev/gardener-project/public/gardener/extensions"
 DEFAULT_TAG = "v0.1.0"
 EXE_DIR = "/opt/cri-resmgr/bin"
+PROGRAM_DIR = "/opt/cri-resmgr/lib"
 NODE_COMMANDS = ["cri-resmgr", "cri-resmgr-agent", "cri-resmgr-agent-probe", "cri-resmgr-installer"]
 EXTENSION_COMMAND = "gardener-extension-cri-resmgr"
 NONROOT = 65532
@@ -78,15 +81,22 @@ def base_layer() -> bytes:
     return layer.close()
 
 
-def executable_layer(executable: str, commands: list[str]) -> bytes:
+def program_layer(executable_dir: str, commands: list[str]) -> bytes:
+    """The unpacked (one-dir) program the containers run, with every command on PATH."""
+    layer = Layer()
+    layer.host_tree(executable_dir, PROGRAM_DIR)
+    for name in commands:
+        layer.symlink(f"usr/local/bin/{name}", f"{PROGRAM_DIR}/cri-resmgr")
+    # The bootloader's own libraries (libz); the bundle brings the rest.
+    for lib in ldd_libs(os.path.join(executable_dir, "cri-resmgr")):
+        layer.host_path(lib)
+    return layer.close()
+
+
+def node_binary_layer(executable: str) -> bytes:
+    """The one-file executable the installer copies to nodes (its --binary default)."""
     layer = Layer()
     layer.host_file(executable, f"{EXE_DIR}/cri-resmgr", mode=0o755)
-    # The PyInstaller bootloader's own libraries (libz); what it unpacks brings the rest.
-    for lib in ldd_libs(executable):
-        layer.host_path(lib)
-    for name in commands:
-        if name != "cri-resmgr" or EXE_DIR != "/usr/local/bin":
-            layer.symlink(f"usr/local/bin/{name}", f"{EXE_DIR}/cri-resmgr")
     return layer.close()
 
 
@@ -106,7 +116,9 @@ def extension_layer(helm: str, charts: str) -> bytes:
 
 
 def build(args: argparse.Namespace) -> dict[str, list[str]]:
-    for what, path in (("executable", args.executable), ("helm", args.helm), ("nsenter", args.nsenter)):
+    executable_dir = args.executable_dir or args.executable + ".dir"
+    for what, path in (("executable", args.executable), ("executable", os.path.join(executable_dir, "cri-resmgr")),
+                       ("helm", args.helm), ("nsenter", args.nsenter)):
         if not os.path.isfile(path):
             hint = {"executable": "run `make build-exe`", "helm": "run `make setup`"}.get(what, "install util-linux")
             raise SystemExit(f"build-images: {what} not found at {path}: {hint}")
@@ -118,20 +130,20 @@ def build(args: argparse.Namespace) -> dict[str, list[str]]:
 
     log("base layer (glibc, /tmp, users)")
     base = base_layer()
-    log(f"executable layer from {args.executable}")
-    exe = executable_layer(args.executable, [*NODE_COMMANDS, EXTENSION_COMMAND])
+    log(f"program layer from {executable_dir}")
+    program = program_layer(executable_dir, [*NODE_COMMANDS, EXTENSION_COMMAND])
 
     written: dict[str, list[str]] = {}
     log(f"installation image: nsenter from {args.nsenter}")
     installation = Image([f"{reg}/cri-resmgr-installer:{tag}", f"{reg}/cri-resmgr-agent:{tag}"],
-                         [base, exe, nsenter_layer(args.nsenter)],
+                         [base, program, node_binary_layer(args.executable), nsenter_layer(args.nsenter)],
                          entrypoint=["/usr/local/bin/cri-resmgr-installer"], created_by=by)
     out = os.path.join(args.output_dir, "installation.tar")
     written[out] = write_docker_archive(out, [installation])
 
     log(f"extension image: helm from {args.helm}, charts from {args.charts}")
     extension = Image([f"{reg}/gardener-extension-cri-resmgr:{tag}"],
-                      [base, exe, extension_layer(args.helm, args.charts)],
+                      [base, program, extension_layer(args.helm, args.charts)],
                       entrypoint=[f"/usr/local/bin/{EXTENSION_COMMAND}"], user=f"{NONROOT}:{NONROOT}",
                       env=[PATH_ENV, "CRI_RESMGR_CHARTS_DIR=/charts", "HOME=/home/nonroot"], created_by=by)
     out = os.path.join(args.output_dir, "extension.tar")
@@ -144,6 +156,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--executable", default=str(REPO / "_out" / "bin" / "cri-resmgr"),
                    help="the single-file executable from hacks/build-executable.sh (default: %(default)s)")
+    p.add_argument("--executable-dir", default=None,
+                   help="its unpacked one-dir build (default: <executable>.dir)")
     p.add_argument("--helm", default=str(cache / "bin" / "helm"), help="helm binary (default: %(default)s)")
     p.add_argument("--charts", default=str(REPO / "charts"), help="charts directory (default: %(default)s)")
     p.add_argument("--nsenter", default="/usr/bin/nsenter", help="nsenter binary (default: %(default)s)")

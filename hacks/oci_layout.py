@@ -91,14 +91,18 @@ class Layer:
             self.host_file(cur, cur)
 
     def host_tree(self, src: str, dest: str) -> None:
-        """Copy a host directory tree (regular files and directories) to ``dest``."""
+        """Copy a host directory tree to ``dest``; symlinks inside it stay symlinks."""
         for root, dirs, files in os.walk(src):
             dirs.sort()
             rel = os.path.relpath(root, src)
             base = dest if rel == "." else f"{dest}/{rel}"
             self.dir(base)
-            for name in sorted(files):
-                self.host_file(os.path.join(root, name), f"{base}/{name}")
+            for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(root, d))]):
+                path = os.path.join(root, name)
+                if os.path.islink(path):
+                    self.symlink(f"{base}/{name}", os.readlink(path))
+                else:
+                    self.host_file(path, f"{base}/{name}")
 
     def close(self) -> bytes:
         self._tar.close()

@@ -17,7 +17,7 @@ AGENT = "registry.test/cri-resmgr/cri-resmgr-agent:ship-test"
 
 
 def run_to_exit(containerd, tmp_path: Path, name: str, image: str, *, args: list[str],
-                command: list[str] | None = None) -> tuple[int, str, dict]:
+                command: list[str] | None = None, readonly_rootfs: bool = False) -> tuple[int, str, dict]:
     """Run one container in its own pod until it exits; its exit code, log and image user as containerd saw them."""
     pod = write_json(tmp_path / f"{name}-pod.json", make_pod_config(name))
     cfg = make_container_config(name, image=image)
@@ -25,6 +25,7 @@ def run_to_exit(containerd, tmp_path: Path, name: str, image: str, *, args: list
     if command:
         cfg["command"] = command
     cfg["args"] = args
+    cfg["linux"]["security_context"]["readonly_rootfs"] = readonly_rootfs
     ctr = write_json(tmp_path / f"{name}-ctr.json", cfg)
     pod_id = containerd.crictl("runp", pod).stdout.strip()
     try:
@@ -87,3 +88,20 @@ def test_installation_image_commands(containerd, imported, tmp_path: Path, comma
     code, out, _ = run_to_exit(containerd, tmp_path, "inst-cmd", AGENT, command=command[:1], args=command[1:])
     assert code == 0, out
     assert expect in out
+
+
+def test_agent_runs_with_read_only_root(containerd, imported, tmp_path: Path) -> None:
+    # The chart runs the agent with readOnlyRootFilesystem: the image's program must not need to unpack itself.
+    code, out, info = run_to_exit(containerd, tmp_path, "agent-ro", AGENT, command=["cri-resmgr-agent-probe"],
+                                  args=["--help"], readonly_rootfs=True)
+    assert info["info"]["runtimeSpec"]["root"]["readonly"] is True
+    assert code == 0, out
+    assert "usage: cri-resmgr-agent-probe" in out
+
+
+def test_installation_image_ships_the_node_binary(containerd, imported, tmp_path: Path) -> None:
+    # The installer's --binary default: the one-file executable (it unpacks itself into the container's /tmp).
+    code, out, _ = run_to_exit(containerd, tmp_path, "node-bin", INSTALLER, command=["/opt/cri-resmgr/bin/cri-resmgr"],
+                               args=["--version"])
+    assert code == 0, out
+    assert out.startswith("cri-resmgr ")
