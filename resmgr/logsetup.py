@@ -13,7 +13,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO
 
 LOG_FORMATS = ("text", "json")
@@ -23,12 +23,20 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
-def _context(record: logging.LogRecord) -> dict[str, object]:
+def record_context(record: logging.LogRecord) -> dict[str, object]:
+    """The caller-supplied ``extra=`` keys of a record."""
     return {k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")}
+
+
+ContextFn = Callable[[logging.LogRecord], dict[str, object]]
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, msg, context, and the exception if any."""
+
+    def __init__(self, context: ContextFn = record_context) -> None:
+        super().__init__()
+        self.context = context
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
@@ -38,7 +46,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for key, value in _context(record).items():
+        for key, value in self.context(record).items():
             entry.setdefault(key, value)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
@@ -48,12 +56,13 @@ class JsonFormatter(logging.Formatter):
 class TextFormatter(logging.Formatter):
     """Human-readable lines; context keys are appended as key=value."""
 
-    def __init__(self) -> None:
+    def __init__(self, context: ContextFn = record_context) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+        self.context = context
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        ctx = _context(record)
+        ctx = self.context(record)
         if ctx:
             line += " " + " ".join(f"{k}={v}" for k, v in ctx.items())
         return line
@@ -77,7 +86,8 @@ def setup_logging(
     debug_modules: Iterable[str] = (),
     root_package: str = "",
     stream: IO[str] | None = None,
-) -> None:
+    context: ContextFn = record_context,
+) -> logging.Handler:
     """Configure the root logger.
 
     ``debug_modules`` names loggers that log at debug level regardless of ``level``;
@@ -89,13 +99,14 @@ def setup_logging(
     if level.lower() not in LOG_LEVELS:
         raise ValueError(f"unknown log level {level!r}; use one of {', '.join(LOG_LEVELS)}")
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter(context) if fmt == "json" else TextFormatter(context))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
     set_debug_modules(debug_modules, root_package=root_package, base_level=level)
+    return handler
 
 
 _debug_enabled: list[str] = []

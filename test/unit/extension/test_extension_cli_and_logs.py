@@ -7,7 +7,7 @@ import logging
 import subprocess
 import sys
 
-from extension.logs import JsonFormatter
+from extension.logs import JsonFormatter, kopf_context
 
 
 def run(*args):
@@ -48,6 +48,6 @@ def test_json_log_line_has_context():
     rec = logging.LogRecord("extension.x", logging.INFO, __file__, 1, "hello %s", ("world",), None)
     rec.namespace = "shoot--a--b"
     rec.k8s_ref = {"namespace": "shoot--a--b", "name": "cri-resmgr"}
-    out = json.loads(JsonFormatter().format(rec))
+    out = json.loads(JsonFormatter(kopf_context).format(rec))
     assert out["msg"] == "hello world" and out["level"] == "info" and out["logger"] == "extension.x"
     assert out["namespace"] == "shoot--a--b" and out["name"] == "cri-resmgr" and "ts" in out
