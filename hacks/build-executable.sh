@@ -11,7 +11,8 @@
 # The result runs on a node without Python (same or newer glibc than the
 # build host). The build is slow, so it is cached: OUTPUT is rebuilt only when
 # the hash of the sources, templates, this script and the installed Python
-# packages changes (kept in OUTPUT.sha256). FORCE=1 rebuilds anyway.
+# packages changes (kept in OUTPUT.sha256, and the newest build under
+# ${CRI_RESMGR_DEV_CACHE:-~/.cache/cri-resmgr-dev}/exe/HASH). FORCE=1 rebuilds anyway.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,6 +48,18 @@ if [[ -z ${FORCE:-} && -x $out && -x $out.dir/cri-resmgr && -f $out.sha256 && $(
     exit 0
 fi
 
+# Builds are also kept outside the checkout by content hash, so a fresh clone (CI) reuses them.
+cache=${CRI_RESMGR_DEV_CACHE:-$HOME/.cache/cri-resmgr-dev}/exe/$hash
+if [[ -z ${FORCE:-} && -x $cache/cri-resmgr && -x $cache/cri-resmgr.dir/cri-resmgr ]]; then
+    mkdir -p "$(dirname "$out")"
+    install -m 0755 "$cache/cri-resmgr" "$out.tmp"
+    rm -rf "$out.dir.tmp" && cp -a "$cache/cri-resmgr.dir" "$out.dir.tmp"
+    rm -rf "$out.dir" && mv "$out.dir.tmp" "$out.dir" && mv -f "$out.tmp" "$out"
+    echo "$hash" > "$out.sha256"
+    echo "build-executable: $out restored from the build cache $cache"
+    exit 0
+fi
+
 echo "build-executable: building $out (sources $hash); this takes a few minutes"
 start=$SECONDS
 mkdir -p "$work" "$(dirname "$out")"
@@ -59,4 +72,7 @@ rm -f "$out.sha256"
 rm -rf "$out.dir" && mv "$out.dir.tmp" "$out.dir"
 mv -f "$out.tmp" "$out"
 echo "$hash" > "$out.sha256"
+# Keep only the newest build in the cache: one executable is ~150 MB with its unpacked copy.
+rm -rf "$(dirname "$cache")" && mkdir -p "$cache.tmp"
+cp -a "$out" "$cache.tmp/cri-resmgr" && cp -a "$out.dir" "$cache.tmp/cri-resmgr.dir" && mv "$cache.tmp" "$cache"
 echo "build-executable: wrote $out ($(du -h "$out" | cut -f1)) and $out.dir/ ($(du -sh "$out.dir" | cut -f1)) in $((SECONDS - start))s"
