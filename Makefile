@@ -23,8 +23,8 @@ tools:
 	bash hacks/setup-tools.sh
 
 # The main job: a local seed API plus a systemd node, enable -> pinned pod -> disable.
-demo: venv tools
-	$(PY) hacks/demo.py
+demo: venv tools build-exe
+	$(PY) hacks/demo.py --executable $(EXE)
 
 # pytest exits 5 when it collected nothing; a run that tests nothing is a failure.
 PYTEST = $(PY) -m pytest

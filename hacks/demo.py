@@ -61,9 +61,10 @@ AGENT_SOCKET = "/run/cri-resmgr/cri-resmgr-agent.sock"
 
 
 class Demo:
-    def __init__(self, workdir: Path, keep: bool) -> None:
+    def __init__(self, workdir: Path, keep: bool, executable: Path | None = None) -> None:
         self.workdir = workdir
         self.keep = keep
+        self.executable = executable
         self.results: list[tuple[str, str, float]] = []
         self.cleanup: list[Callable[[], None]] = []
         self.tools = find_tools()
@@ -183,8 +184,9 @@ class Demo:
         config_dir.mkdir(parents=True)
         for key, value in (cm.get("data") or {}).items():
             (config_dir / key).write_text(value)
-        launcher = write_launcher(self.workdir)
-        argv = installer_argv(self.node, launcher, config_dir, self.workdir / "ready", "--once", "--mode", mode)
+        # The single-file build when given (make demo), else a launcher into this checkout's venv.
+        binary = self.executable or write_launcher(self.workdir)
+        argv = installer_argv(self.node, binary, config_dir, self.workdir / "ready", "--once", "--mode", mode)
         r = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=str(REPO))
         self.log("\n".join(line for line in r.stderr.splitlines()[-8:]))
         if r.returncode != 0:
@@ -197,7 +199,8 @@ class Demo:
             raise RuntimeError(f"the extension rendered installer mode {mode!r}, expected install")
         self.run_installer("install")
         unit = self.node.systemctl("is-active", "cri-resource-manager.service", check=False).stdout.strip()
-        return f"cri-resource-manager.service {unit}; kubelet now on {self.kubelet_endpoint()}"
+        what = "single-file executable" if self.executable else "venv launcher"
+        return f"cri-resource-manager.service {unit} ({what}); kubelet now on {self.kubelet_endpoint()}"
 
     def start_agent(self) -> str:
         core_objs = [o for o in self.seed.rendered_objects(self.namespace)
@@ -319,12 +322,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="make demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep", action="store_true", help="leave everything running for inspection")
+    parser.add_argument("--executable", type=Path, metavar="PATH",
+                        help="the single-file cri-resmgr to install on the node (make demo builds "
+                             "_out/bin/cri-resmgr); default: a launcher into this checkout's venv")
     args = parser.parse_args()
+    if args.executable is not None and not os.access(args.executable, os.X_OK):
+        print(f"demo: {args.executable} is not an executable file; build it with `make build-exe`", file=sys.stderr)
+        return 2
     if os.geteuid() != 0:
         print("demo: must run as root (containerd, systemd-nspawn)", file=sys.stderr)
         return 2
     try:
-        demo = Demo(Path(tempfile.mkdtemp(prefix="cri-resmgr-demo-", dir="/tmp")), args.keep)
+        demo = Demo(Path(tempfile.mkdtemp(prefix="cri-resmgr-demo-", dir="/tmp")), args.keep,
+                    args.executable.resolve() if args.executable else None)
     except RuntimeError as exc:
         print(f"demo: {exc}; {SETUP_HINT}", file=sys.stderr)
         return 2
