@@ -172,6 +172,10 @@ WATCHED_DIRS = ("/etc/systemd/system", "/etc/default", "/etc/cri-resmgr", "/opt"
                 "/var/run/cri-resmgr")
 
 
+# Runtime state of the running relay (pid file, sockets): compared by presence, not content.
+RUNTIME_DIRS = ("/var/run/cri-resmgr",)
+
+
 def node_ro_binds() -> list[tuple[str, str]]:
     """containerd, runc and this test run's Python environment (with the repo), read-only."""
     binds: list[tuple[str, str]] = []
@@ -269,6 +273,9 @@ def snapshot(node, dirs: tuple[str, ...] = WATCHED_DIRS) -> dict[str, bytes | st
                 key = f"{rel_dir}/{name}"
                 if os.path.islink(full):
                     state[key] = "-> " + os.readlink(full)
+                elif d in RUNTIME_DIRS:
+                    # The pid file and sockets change with every restart; what matters is whether they exist.
+                    state[key] = "<runtime file>"
                 elif os.path.isfile(full):
                     state[key] = Path(full).read_bytes()
                 else:
