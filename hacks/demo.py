@@ -54,10 +54,9 @@ from installer_node import (  # noqa: E402
 )
 
 NODE_NAME = "demo-node"
-# Host-side paths into the node use /run: /var/run is an absolute symlink that would resolve on the host.
-RELAY = "/run/cri-resmgr/cri-resmgr.sock"
-CONFIG_SOCKET = "/run/cri-resmgr/cri-resmgr-config.sock"
-AGENT_SOCKET = "/run/cri-resmgr/cri-resmgr-agent.sock"
+RELAY = "/var/run/cri-resmgr/cri-resmgr.sock"
+CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
+AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
 
 
 class Demo:
@@ -212,12 +211,12 @@ class Demo:
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME}}))
         agent = Process("cri-resmgr-agent", [
             str(Path(sys.executable).parent / "cri-resmgr-agent"), "--kubeconfig", self.seed_api.kubeconfig,
-            "--config-socket", f"{self.node.root}{CONFIG_SOCKET}", "--agent-socket",
-            f"{self.node.root}{AGENT_SOCKET}", "--log-format", "text"], self.workdir,
+            "--config-socket", str(self.node.path(CONFIG_SOCKET)), "--agent-socket",
+            str(self.node.path(AGENT_SOCKET)), "--log-format", "text"], self.workdir,
             env={**os.environ, "NODE_NAME": NODE_NAME})
         self.cleanup.append(agent.stop)
         self.agent = agent
-        agent.wait_until(lambda: unix_socket_answers(f"{self.node.root}{AGENT_SOCKET}"), "agent socket", 60)
+        agent.wait_until(lambda: unix_socket_answers(str(self.node.path(AGENT_SOCKET))), "agent socket", 60)
         try:
             source = self.wait(lambda: self._node_annotation("config-source"), "the agent's config-source annotation",
                                60)
@@ -232,7 +231,7 @@ class Demo:
         return annotations.get(f"cri-resource-manager.intel.com/{key}")
 
     def crictl(self, *args: str) -> str:
-        endpoint = f"unix://{self.node.root}{RELAY}"
+        endpoint = f"unix://{self.node.path(RELAY)}"
         r = subprocess.run([self.tools.crictl, "--runtime-endpoint", endpoint, "--image-endpoint", endpoint,
                             "--timeout", "60s", *args], capture_output=True, text=True, timeout=120)
         if r.returncode != 0:

@@ -104,6 +104,42 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
+def resolve_in_root(root: Path, node_path: str) -> Path:
+    """Map an absolute path on a node whose file system is visible at ``root`` to a local path.
+
+    Symlinks are resolved inside ``root``: an absolute link such as Debian's ``/var/run -> /run``
+    would otherwise be followed on this machine. The last component is not followed if it does
+    not exist yet (so that it can be created).
+    """
+    if not node_path.startswith("/"):
+        raise ValueError(f"node path must be absolute: {node_path!r}")
+    parts = [p for p in node_path.split("/") if p and p != "."]
+    resolved: list[str] = []
+    hops = 0
+    while parts:
+        name = parts.pop(0)
+        if name == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        candidate = root.joinpath(*resolved, name)
+        try:
+            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+        except FileNotFoundError:
+            is_link = False
+        if not is_link:
+            resolved.append(name)
+            continue
+        hops += 1
+        if hops > MAX_SYMLINKS:
+            raise OSError(f"too many symlinks resolving {node_path} on the node")
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            resolved = []
+        parts = [p for p in target.split("/") if p and p != "."] + parts
+    return root.joinpath(*resolved)
+
+
 @dataclass
 class Host:
     """The node: ``root`` is where its file system is visible, ``runner`` runs its commands."""
@@ -113,37 +149,8 @@ class Host:
 
     # ----- path resolution -------------------------------------------------------------------
     def path(self, node_path: str) -> Path:
-        """Map a node path to the installer's view, resolving symlinks inside the host root.
-
-        The last component is not followed if it does not exist yet (so that it can be created).
-        """
-        if not node_path.startswith("/"):
-            raise ValueError(f"node path must be absolute: {node_path!r}")
-        parts = [p for p in node_path.split("/") if p and p != "."]
-        resolved: list[str] = []
-        hops = 0
-        while parts:
-            name = parts.pop(0)
-            if name == "..":
-                if resolved:
-                    resolved.pop()
-                continue
-            candidate = self.root.joinpath(*resolved, name)
-            try:
-                is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
-            except FileNotFoundError:
-                is_link = False
-            if not is_link:
-                resolved.append(name)
-                continue
-            hops += 1
-            if hops > MAX_SYMLINKS:
-                raise OSError(f"too many symlinks resolving {node_path} on the node")
-            target = os.readlink(candidate)
-            if target.startswith("/"):
-                resolved = []
-            parts = [p for p in target.split("/") if p and p != "."] + parts
-        return self.root.joinpath(*resolved)
+        """Map a node path to the installer's view, resolving symlinks inside the host root."""
+        return resolve_in_root(self.root, node_path)
 
     # ----- files -----------------------------------------------------------------------------
     def exists(self, node_path: str) -> bool:

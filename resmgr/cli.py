@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
         if hook_factory is None:
             rm = build_resource_manager(args)
             # The cached agent config may win over the fallback file.
-            if rm.config_source != "fallback-config" and rm.config_source != "force-config":
+            if rm.config_source not in ("fallback-config", "force-config"):
                 config, source = rm.config, rm.config_source
                 settings = settings_from_config(config, source)
     except (SettingsError, ConfigError, TopologyError, CacheError) as err:

@@ -239,28 +239,11 @@ def prepare_node(node, layout: str) -> KubeletLayout:
     return spec
 
 
-def in_node(node, path: str) -> Path:
-    """``path`` inside the node as a host path, resolving symlinks within the node's root.
-
-    The node's /var/run is an absolute symlink to /run: followed naively through
-    /proc/<pid>/root it would land in this machine's /run.
-    """
-    resolved = node.root
-    for part in Path(path).parts[1:]:
-        resolved = resolved / part
-        for _ in range(40):
-            if not resolved.is_symlink():
-                break
-            target = os.readlink(resolved)
-            resolved = node.root / target.lstrip("/") if target.startswith("/") else resolved.parent / target
-    return resolved
-
-
 def snapshot(node, dirs: tuple[str, ...] = WATCHED_DIRS) -> dict[str, bytes | str]:
     """Every file (content) and symlink (target) under ``dirs`` on the node."""
     state: dict[str, bytes | str] = {}
     for d in dirs:
-        top = in_node(node, d)
+        top = node.path(d)  # /var/run is an absolute symlink: resolve it inside the node
         if not top.exists():
             continue
         for dirpath, dirnames, filenames in os.walk(top):
