@@ -10,25 +10,13 @@ import grpc
 from cri_api.v1 import api_pb2, api_pb2_grpc
 
 from installer.host import Host
+from resmgr.sockets import endpoint_path
 
 log = logging.getLogger("installer.cri_check")
 
 
 class CriUnavailable(RuntimeError):
     """The endpoint did not answer CRI Version; str() says why."""
-
-
-def endpoint_path(endpoint: str) -> str:
-    """``unix:///run/x.sock`` or ``/run/x.sock`` -> ``/run/x.sock``."""
-    if endpoint.startswith("unix://"):
-        path = endpoint[len("unix://"):]
-    elif endpoint.startswith("/"):
-        path = endpoint
-    else:
-        raise ValueError(f"unsupported CRI endpoint {endpoint!r}: only unix sockets are supported")
-    if not path.startswith("/"):
-        raise ValueError(f"CRI endpoint {endpoint!r} must be an absolute unix socket path")
-    return path
 
 
 def normalize_endpoint(host: Host, endpoint: str) -> str:

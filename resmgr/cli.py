@@ -37,6 +37,7 @@ from resmgr.relay.settings import (
 )
 from resmgr.relay.startup import StartupError
 from resmgr.resource_manager import ResourceManager
+from resmgr.sockets import SocketInUse
 from resmgr.topology import TopologyError
 
 log = logging.getLogger("resmgr.cli")
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
             runner.plane = start_config_plane(args, applier, initial_source=rm.config_source)
             hook.plane = runner.plane.plane
         runner.run_until_stopped()
-    except (StartupError, OSError) as err:
+    except (StartupError, SocketInUse, OSError) as err:
         log.error("cannot start: %s", err)
         if runner.plane is not None:
             runner.plane.stop()

@@ -25,7 +25,7 @@ from resmgr.agent.reporting import KubeReporter
 from resmgr.agent.selection import CONFIG_NAMESPACE
 from resmgr.agent.server import AgentServicer, serve_agent
 from resmgr.agent.target import ConfigSocketTarget
-from resmgr.configplane.unix_grpc import stop_unix
+from resmgr.agent.unix_grpc import stop_unix
 from resmgr.logsetup import add_logging_arguments, setup_logging_from_args
 
 log = logging.getLogger("resmgr.agent")

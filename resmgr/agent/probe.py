@@ -7,7 +7,7 @@ import sys
 
 import grpc
 
-from resmgr.configplane.unix_grpc import rpc_error_text, unix_channel
+from resmgr.agent.unix_grpc import rpc_error_text, unix_channel
 from resmgr.proto import agent_pb2, agent_pb2_grpc
 
 DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"

@@ -10,7 +10,7 @@ import grpc
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from resmgr.configplane.unix_grpc import serve_unix
+from resmgr.agent.unix_grpc import serve_unix
 from resmgr.proto import agent_pb2, agent_pb2_grpc
 
 log = logging.getLogger("resmgr.agent")

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from resmgr.agent.controller import PushError
-from resmgr.configplane.unix_grpc import CHANNEL_OPTIONS, call_unary
+from resmgr.agent.unix_grpc import CHANNEL_OPTIONS, call_unary
 from resmgr.proto import config_pb2, config_pb2_grpc
 
 log = logging.getLogger("resmgr.agent")

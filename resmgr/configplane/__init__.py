@@ -18,13 +18,11 @@ import logging
 import os
 from dataclasses import dataclass
 
-import grpc
-
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView
 from resmgr.configplane.agent_client import AgentClient, AgentError
 from resmgr.configplane.plane import ConfigApplier, ConfigPlane
 from resmgr.configplane.server import serve_config
-from resmgr.configplane.unix_grpc import stop_unix
+from resmgr.unixrpc import UnaryServer
 
 __all__ = [
     "AgentClient",
@@ -44,7 +42,7 @@ log = logging.getLogger("resmgr.configplane")
 class ConfigPlaneHandle:
     plane: ConfigPlane
     config_socket: str
-    server: grpc.Server | None
+    server: UnaryServer | None
     agent: AgentClient | None
 
     def reload_force_config(self) -> str:
@@ -52,7 +50,8 @@ class ConfigPlaneHandle:
         return self.plane.reload_force_config()
 
     def stop(self) -> None:
-        stop_unix(self.server, self.config_socket)
+        if self.server is not None:
+            self.server.stop()
         self.server = None
         if self.agent is not None:
             self.agent.close()

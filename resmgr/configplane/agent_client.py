@@ -1,14 +1,18 @@
-"""The client cri-resmgr uses to ask cri-resmgr-agent for cluster operations on its node."""
+"""The client cri-resmgr uses to ask cri-resmgr-agent for cluster operations on its node (grpclib, no grpcio)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from resmgr.configplane.unix_grpc import call_unary, unix_channel
-from resmgr.proto import agent_pb2, agent_pb2_grpc
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
+
+from resmgr.proto import agent_pb2
+from resmgr.unixrpc import RpcError, UnaryClient, method_path
 
 PATCH_TYPES = ("strategic", "merge", "json")
+AGENT_SERVICE = agent_pb2.DESCRIPTOR.services_by_name["Agent"]
 
 
 class AgentError(RuntimeError):
@@ -19,14 +23,17 @@ class AgentClient:
     def __init__(self, socket_path: str, *, timeout: float = 10.0) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
-        self._channel = unix_channel(socket_path)
-        self._stub = agent_pb2_grpc.AgentStub(self._channel)
+        self._client = UnaryClient(socket_path)
 
     def close(self) -> None:
-        self._channel.close()
+        self._client.close()
 
-    def _call(self, name: str, request: Any) -> Any:
-        return call_unary(self._stub, name, request, self.timeout, AgentError, f"agent socket {self.socket_path}")
+    def _call(self, name: str, request: Message) -> Any:
+        reply_type = GetMessageClass(AGENT_SERVICE.methods_by_name[name].output_type)
+        try:
+            return self._client.call(method_path(AGENT_SERVICE, name), request, reply_type, self.timeout)
+        except RpcError as err:
+            raise AgentError(f"{name} on agent socket {self.socket_path}: {err}") from None
 
     def get_node(self) -> dict[str, Any]:
         return json.loads(self._call("GetNode", agent_pb2.GetNodeRequest()).node_json)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import grpc
 
 from resmgr.relay.methods import IMAGE_SERVICE, split_path
+from resmgr.sockets import endpoint_path, endpoint_target
 
 log = logging.getLogger(__name__)
 
@@ -35,24 +36,6 @@ _TRANSPORT_HEADERS = frozenset({
 
 # No deadline shows up as a huge time_remaining().
 _NO_DEADLINE = 1e8
-
-
-def endpoint_target(endpoint: str) -> str:
-    """Accept ``/path``, ``unix:/path`` or ``unix:///path``; return a grpc target."""
-    if endpoint.startswith("unix:"):
-        return endpoint
-    if endpoint.startswith("/"):
-        return "unix://" + endpoint
-    raise ValueError(f"unsupported CRI endpoint {endpoint!r}; give a unix socket path or unix:///path")
-
-
-def endpoint_path(endpoint: str) -> str:
-    """The filesystem path of a unix endpoint."""
-    target = endpoint_target(endpoint)
-    path = target[len("unix:"):]
-    if path.startswith("//"):
-        path = path[2:]
-    return path
 
 
 def forwardable_metadata(metadata: tuple[tuple[str, str | bytes], ...] | None

@@ -93,6 +93,7 @@ class GrpcTransport:
 
     def stop(self, grace: float) -> None:
         self._server.stop(grace).wait()
+        self.upstream.close()
 
     def build_handler(self, path: str) -> grpc.RpcMethodHandler:
         """Choose how to relay ``path``: intercepted, unary, server-streaming or unknown (any shape)."""

@@ -12,9 +12,9 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from cri_api.v1 import api_pb2
 from google.protobuf.message import Message
 
+from resmgr.cri import api_pb2
 from resmgr.hooks import ContainerUpdate, HookResult, ResourceManagerHook
 from resmgr.metrics import RelayMetrics
 from resmgr.relay.methods import CriMethod

@@ -1,6 +1,6 @@
 """The CRI v1 method table: which service a path belongs to, its message types, whether it streams.
 
-Built from the descriptors in ``cri_api.v1.api_pb2`` so new CRI versions need no edits here.
+Built from the descriptors in ``cri_api.v1.api_pb2`` (via resmgr.cri) so new CRI versions need no edits here.
 Methods missing from the table are still relayed (as raw bytes) by the forwarder.
 """
 
@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from cri_api.v1 import api_pb2
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
+
+from resmgr.cri import api_pb2
 
 RUNTIME_SERVICE = "runtime.v1.RuntimeService"
 IMAGE_SERVICE = "runtime.v1.ImageService"

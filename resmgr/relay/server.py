@@ -10,23 +10,26 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from resmgr.dump import Dumper
 from resmgr.hooks import INTERCEPTED_METHODS, NoopHook, ResourceManagerHook
 from resmgr.metrics import RelayMetrics
-from resmgr.relay.forwarding import Upstream, endpoint_path
-from resmgr.relay.grpc_transport import GrpcTransport
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import RUNTIME_SERVICE
 from resmgr.relay.splice import SpliceServer
 from resmgr.relay.startup import (
     RuntimeSnapshot,
     remove_pid_file,
-    remove_stale_socket,
     sync_from_runtime,
     wait_for_runtime,
     write_pid_file,
 )
+from resmgr.sockets import endpoint_path, remove_stale_socket
+from resmgr.unixrpc import UnaryClient
+
+if TYPE_CHECKING:
+    from resmgr.relay.grpc_transport import GrpcTransport
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,11 @@ class Relay:
         elif transport == "splice" and endpoint_path(self.image_socket) != endpoint_path(runtime_socket):
             raise ValueError("the splice transport needs the image service on the runtime socket; use grpc")
         self.transport = transport
-        self.upstream = Upstream(runtime_socket, self.image_socket)
+        # The relay's own calls (startup sync, container updates) use grpclib, never grpcio:
+        # importing grpcio would double the relay's memory (see resmgr.unixrpc).
+        self.runtime = UnaryClient(endpoint_path(runtime_socket))
+        self.image = self.runtime if self.image_socket == runtime_socket else UnaryClient(
+            endpoint_path(self.image_socket))
         self.interceptor = Interceptor(self.hook, self.metrics, self._send_update)
         self.snapshot: RuntimeSnapshot | None = None
         self.stopping = threading.Event()
@@ -78,12 +85,10 @@ class Relay:
 
     def start(self) -> None:
         """Wait for the runtime, sync, then serve on the relay socket (mode 0660) and write the pid file."""
-        wait_for_runtime(self.upstream.runtime_channel, self.runtime_socket, stop=self.stopping,
-                         timeout=self.runtime_wait_timeout)
-        if self.image_socket != self.runtime_socket:
-            wait_for_runtime(self.upstream.image_channel, self.image_socket, stop=self.stopping,
-                             timeout=self.runtime_wait_timeout)
-        self.snapshot = sync_from_runtime(self.upstream.runtime_channel)
+        wait_for_runtime(self.runtime, self.runtime_socket, stop=self.stopping, timeout=self.runtime_wait_timeout)
+        if self.image is not self.runtime:
+            wait_for_runtime(self.image, self.image_socket, stop=self.stopping, timeout=self.runtime_wait_timeout)
+        self.snapshot = sync_from_runtime(self.runtime)
         self._call_hook_entry("sync", self.snapshot.pods, self.snapshot.containers)
         os.makedirs(os.path.dirname(self.relay_socket) or ".", exist_ok=True)
         remove_stale_socket(self.relay_socket)
@@ -93,7 +98,10 @@ class Relay:
                                      runtime_socket=endpoint_path(self.runtime_socket), interceptor=self.interceptor,
                                      metrics=self.metrics, dumper=self.dumper, intercepted=self._intercepted)
         else:
-            transport = GrpcTransport(relay_socket=self.relay_socket, upstream=self.upstream,
+            from resmgr.relay.forwarding import Upstream  # grpcio: only for this transport
+            from resmgr.relay.grpc_transport import GrpcTransport
+            transport = GrpcTransport(relay_socket=self.relay_socket,
+                                      upstream=Upstream(self.runtime_socket, self.image_socket),
                                       interceptor=self.interceptor, metrics=self.metrics, dumper=self.dumper,
                                       intercepted=self._intercepted, max_workers=self.max_workers)
         transport.bind(SOCKET_MODE)
@@ -117,7 +125,9 @@ class Relay:
                 os.unlink(self.relay_socket)
             except FileNotFoundError:
                 pass
-        self.upstream.close()
+        self.runtime.close()
+        if self.image is not self.runtime:
+            self.image.close()
         if self.pid_file:
             remove_pid_file(self.pid_file)
         self.dumper.close()
@@ -150,4 +160,4 @@ class Relay:
         return self.stopping.wait(timeout)
 
     def _send_update(self, request: bytes) -> object:
-        return self.upstream.unary(f"/{RUNTIME_SERVICE}/UpdateContainerResources")(request, timeout=30)
+        return self.runtime.call(f"/{RUNTIME_SERVICE}/UpdateContainerResources", request, bytes, timeout=30)

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import socket
-import stat
 import threading
 import time
 from dataclasses import dataclass, field
 
-import grpc
-from cri_api.v1 import api_pb2, api_pb2_grpc
-
-from resmgr.relay.forwarding import endpoint_path
+from resmgr.cri import api_pb2
+from resmgr.relay.methods import RUNTIME_SERVICE
+from resmgr.sockets import endpoint_path
+from resmgr.unixrpc import RpcError, UnaryClient
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +20,15 @@ class StartupError(RuntimeError):
     """The relay cannot start; the message says why and what to do."""
 
 
-def wait_for_runtime(channel: grpc.Channel, endpoint: str, *, stop: threading.Event | None = None,
+def _path(method: str) -> str:
+    return f"/{RUNTIME_SERVICE}/{method}"
+
+
+def wait_for_runtime(client: UnaryClient, endpoint: str, *, stop: threading.Event | None = None,
                      timeout: float | None = None, initial_backoff: float = 0.1,
                      max_backoff: float = 5.0) -> api_pb2.VersionResponse:
     """Block until the runtime socket exists and answers CRI Version; back off and log while waiting."""
     path = endpoint_path(endpoint)
-    stub = api_pb2_grpc.RuntimeServiceStub(channel)
     deadline = None if timeout is None else time.monotonic() + timeout
     backoff = initial_backoff
     attempt = 0
@@ -36,9 +36,10 @@ def wait_for_runtime(channel: grpc.Channel, endpoint: str, *, stop: threading.Ev
         attempt += 1
         if os.path.exists(path):
             try:
-                version = stub.Version(api_pb2.VersionRequest(), timeout=max(1.0, backoff))
-            except grpc.RpcError as err:
-                problem = f"runtime socket does not answer CRI Version: {err.code().name}: {err.details()}"
+                version = client.call(_path("Version"), api_pb2.VersionRequest(), api_pb2.VersionResponse,
+                                      timeout=max(1.0, backoff))
+            except RpcError as err:
+                problem = f"runtime socket does not answer CRI Version: {err}"
             else:
                 log.info("runtime is up", extra={"endpoint": endpoint, "runtime": version.runtime_name,
                                                  "runtime_version": version.runtime_version,
@@ -67,18 +68,18 @@ class RuntimeSnapshot:
     containers: list[api_pb2.Container] = field(default_factory=list)
 
 
-def sync_from_runtime(channel: grpc.Channel, *, attempts: int = 3, timeout: float = 30.0) -> RuntimeSnapshot:
+def sync_from_runtime(client: UnaryClient, *, attempts: int = 3, timeout: float = 30.0) -> RuntimeSnapshot:
     """List pods and containers so the resource manager starts from the node's real state."""
-    stub = api_pb2_grpc.RuntimeServiceStub(channel)
-    last_error: grpc.RpcError | None = None
+    last_error: RpcError | None = None
     for attempt in range(1, attempts + 1):
         try:
-            pods = stub.ListPodSandbox(api_pb2.ListPodSandboxRequest(), timeout=timeout).items
-            containers = stub.ListContainers(api_pb2.ListContainersRequest(), timeout=timeout).containers
-        except grpc.RpcError as err:
+            pods = client.call(_path("ListPodSandbox"), api_pb2.ListPodSandboxRequest(),
+                               api_pb2.ListPodSandboxResponse, timeout=timeout).items
+            containers = client.call(_path("ListContainers"), api_pb2.ListContainersRequest(),
+                                     api_pb2.ListContainersResponse, timeout=timeout).containers
+        except RpcError as err:
             last_error = err
-            log.warning("startup sync failed (attempt %d/%d): %s: %s", attempt, attempts,
-                        err.code().name, err.details())
+            log.warning("startup sync failed (attempt %d/%d): %s", attempt, attempts, err)
             time.sleep(min(0.5 * attempt, 2.0))
             continue
         snapshot = RuntimeSnapshot(pods=list(pods), containers=list(containers))
@@ -86,31 +87,7 @@ def sync_from_runtime(channel: grpc.Channel, *, attempts: int = 3, timeout: floa
                  extra={"pods": len(snapshot.pods), "containers": len(snapshot.containers)})
         return snapshot
     assert last_error is not None
-    raise StartupError(f"cannot list pods and containers from the runtime: {last_error.code().name}: "
-                       f"{last_error.details()}")
-
-
-def remove_stale_socket(path: str) -> None:
-    """Remove a socket left by a previous run; refuse to touch a live relay or a non-socket file."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise StartupError(f"relay socket path {path} exists and is not a socket; refusing to remove it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(0.5)
-    try:
-        probe.connect(path)
-    except OSError as err:
-        if err.errno not in (errno.ECONNREFUSED, errno.ENOENT):
-            log.warning("relay socket probe failed: %s; treating it as stale", err, extra={"socket": path})
-    else:
-        raise StartupError(f"another process is serving on the relay socket {path}; stop it first")
-    finally:
-        probe.close()
-    log.info("removing stale relay socket", extra={"socket": path})
-    os.unlink(path)
+    raise StartupError(f"cannot list pods and containers from the runtime: {last_error}")
 
 
 def write_pid_file(path: str) -> None:

@@ -30,7 +30,8 @@ from integration.relay.relay_process import RelayProcess
 
 CONTAINERS = 110
 PODS = 22  # 5 containers each
-PODSTART_PAIRS = 14
+# Pod starts vary by +-20% on a busy machine; 40 interleaved pairs keep the median's noise near 2%.
+PODSTART_PAIRS = 40
 TARGETS = {"added_p50_ms": 0.3, "podstart_ratio": 1.05, "rss_mb": 40, "idle_cpu_pct": 1}
 
 

@@ -15,7 +15,7 @@ from integration.agent.conftest import (
 
 from resmgr.agent.reporting import CONFIG_ERROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION
 from resmgr.agent.selection import GROUP_LABEL
-from resmgr.configplane.unix_grpc import unix_channel
+from resmgr.agent.unix_grpc import unix_channel
 from resmgr.proto import config_pb2, config_pb2_grpc
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,8 @@ def test_editing_the_default_configmap_switches_the_active_config(plane_node):
     assert node.active_config()[1] == f"ConfigMap {NAMESPACE}/{DEFAULT}"
     source = wait_for(lambda: node.annotations().get(CONFIG_SOURCE_ANNOTATION), "config-source annotation")
     assert source.startswith(f"{NAMESPACE}/{DEFAULT}@")
-    assert CONFIG_ERROR_ANNOTATION not in node.annotations()
+    annotations = node.annotations()
+    assert CONFIG_ERROR_ANNOTATION not in annotations, annotations[CONFIG_ERROR_ANNOTATION]
     applied = wait_for(lambda: [e for e in node.events() if e.reason == "ConfigApplied"], "ConfigApplied Event")
     assert DEFAULT in applied[-1].message and applied[-1].type == "Normal"
     assert node.probe().returncode == 0

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from resmgr.agent.server import AgentServicer, serve_agent
-from resmgr.configplane.unix_grpc import stop_unix
+from resmgr.agent.unix_grpc import stop_unix
 
 BIN = Path(sys.executable).parent
 

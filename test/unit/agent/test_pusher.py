@@ -15,7 +15,6 @@ from resmgr.agent.target import ConfigSocketTarget
 from resmgr.configplane.adjustments import ContainerView
 from resmgr.configplane.plane import ConfigPlane
 from resmgr.configplane.server import serve_config
-from resmgr.configplane.unix_grpc import stop_unix
 
 NODE = "n1"
 DEFAULT = "cri-resmgr-config.default"
@@ -65,7 +64,8 @@ class Env:
         self.server = serve_config(ConfigPlane(self.applier, node_name=NODE), self.sock)
 
     def stop_server(self) -> None:
-        stop_unix(self.server, self.sock, grace=0)
+        if self.server is not None:
+            self.server.stop(grace=0)
         self.server = None
 
     def set_cm(self, name: str, rv: str, **data: str) -> None:

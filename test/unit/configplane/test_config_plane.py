@@ -11,10 +11,10 @@ import grpc
 import pytest
 from unit.configplane.applier_helpers import RecordingApplier
 
+from resmgr.agent.unix_grpc import unix_channel
 from resmgr.configplane.adjustments import ContainerView
 from resmgr.configplane.plane import ConfigPlane
 from resmgr.configplane.server import serve_config
-from resmgr.configplane.unix_grpc import stop_unix, unix_channel
 from resmgr.proto import config_pb2, config_pb2_grpc
 
 GOOD = {"policy": "Active: topology-aware\nReservedResources:\n  cpu: cpuset:0\n"}
@@ -93,7 +93,7 @@ def config_server():
     channel = unix_channel(sock)
     yield applier, config_pb2_grpc.ConfigStub(channel), sock
     channel.close()
-    stop_unix(server, sock)
+    server.stop()
     shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -8,8 +8,9 @@ import pytest
 
 from resmgr.hooks import INTERCEPTED_METHODS
 from resmgr.metrics import RelayMetrics, parse_address, serve_metrics
-from resmgr.relay.forwarding import endpoint_path, endpoint_target, forwardable_metadata
+from resmgr.relay.forwarding import forwardable_metadata
 from resmgr.relay.methods import IMAGE_SERVICE, RUNTIME_SERVICE, cri_methods, short_name, split_path
+from resmgr.sockets import endpoint_path, endpoint_target
 
 
 def test_endpoints():
@@ -20,6 +21,9 @@ def test_endpoints():
     assert endpoint_path("/run/c.sock") == "/run/c.sock"
     with pytest.raises(ValueError, match="unix socket"):
         endpoint_target("tcp://1.2.3.4:5")
+    for relative in ("run/c.sock", "unix://run/c.sock", "unix:run/c.sock"):
+        with pytest.raises(ValueError):
+            endpoint_path(relative)
 
 
 def test_metadata_keeps_caller_keys_only():

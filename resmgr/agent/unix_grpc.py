@@ -1,4 +1,7 @@
-"""Serving and dialling our own gRPC APIs on unix sockets (config socket, agent socket)."""
+"""grpcio on unix sockets for cri-resmgr-agent: serving the Agent API, dialling the config socket.
+
+cri-resmgr itself serves and dials with grpclib (resmgr.unixrpc), to stay small.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,9 @@ from concurrent import futures
 
 import grpc
 
-from resmgr.relay.startup import remove_stale_socket
+from resmgr.sockets import remove_stale_socket
 
-log = logging.getLogger("resmgr.configplane")
+log = logging.getLogger("resmgr.agent")
 
 # A config may be up to MAX_CONFIG_BYTES (1 MiB); leave room for the envelope, refuse far larger.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024

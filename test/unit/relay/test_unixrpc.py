@@ -1,0 +1,162 @@
+"""resmgr.unixrpc (grpclib on unix sockets) and resmgr.cri: cri-resmgr's own calls without grpcio."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from resmgr.proto import config_pb2
+from resmgr.sockets import SocketInUse
+from resmgr.unixrpc import RpcError, UnaryClient, UnaryServer, method_path, service_methods
+
+CONFIG = config_pb2.DESCRIPTOR.services_by_name["Config"]
+SET_CONFIG = method_path(CONFIG, "SetConfig")
+
+
+def echo_methods(calls: list[object], release: threading.Event | None = None) -> dict:
+    def set_config(request: config_pb2.SetConfigRequest) -> config_pb2.SetConfigReply:
+        calls.append(request)
+        if request.source == "not-found":
+            raise RpcError("NOT_FOUND", "no such node")
+        if request.source == "crash":
+            raise ValueError("handler bug")
+        if request.source == "slow" and release is not None:
+            release.wait(10)
+        return config_pb2.SetConfigReply(error=f"{request.node_name}:{len(request.config)}")
+
+    return service_methods(CONFIG, {"SetConfig": set_config})
+
+
+@pytest.fixture
+def sock(tmp_path: Path) -> str:
+    path = f"/tmp/rpc-{os.getpid()}-{tmp_path.name[-8:]}.sock"  # unix socket paths are short
+    yield path
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+def test_roundtrip_status_codes_and_socket_mode(sock: str) -> None:
+    calls: list[object] = []
+    server = UnaryServer(sock, echo_methods(calls), "test").start()
+    client = UnaryClient(sock)
+    try:
+        assert oct(os.stat(sock).st_mode & 0o777) == oct(0o660)
+        reply = client.call(SET_CONFIG, config_pb2.SetConfigRequest(node_name="n1", config={"a": "b"}),
+                            config_pb2.SetConfigReply, timeout=10)
+        assert reply.error == "n1:1" and len(calls) == 1
+        with pytest.raises(RpcError) as err:
+            client.call(SET_CONFIG, config_pb2.SetConfigRequest(source="not-found"), config_pb2.SetConfigReply, 10)
+        assert (err.value.code, err.value.message) == ("NOT_FOUND", "no such node")
+        with pytest.raises(RpcError) as err:
+            client.call(SET_CONFIG, config_pb2.SetConfigRequest(source="crash"), config_pb2.SetConfigReply, 10)
+        assert err.value.code == "INTERNAL" and "handler bug" in err.value.message
+        # Raw bytes go through unchanged both ways (the relay's container updates use this).
+        raw = config_pb2.SetConfigRequest(node_name="raw").SerializeToString()
+        assert config_pb2.SetConfigReply.FromString(client.call(SET_CONFIG, raw, bytes, 10)).error == "raw:0"
+    finally:
+        client.close()
+        server.stop()
+    assert not os.path.exists(sock)
+
+
+def test_grpcio_clients_interoperate(sock: str) -> None:
+    """The agent dials the Config API with grpcio: both stacks must agree on the wire."""
+    server = UnaryServer(sock, echo_methods([]), "test").start()
+    channel = grpc.insecure_channel("unix://" + sock)
+    try:
+        call = channel.unary_unary(SET_CONFIG, request_serializer=config_pb2.SetConfigRequest.SerializeToString,
+                                   response_deserializer=config_pb2.SetConfigReply.FromString)
+        assert call(config_pb2.SetConfigRequest(node_name="g", config={"x": "1", "y": "2"}), timeout=10).error == "g:2"
+        with pytest.raises(grpc.RpcError) as err:
+            call(config_pb2.SetConfigRequest(source="not-found"), timeout=10)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND and err.value.details() == "no such node"
+        with pytest.raises(grpc.RpcError) as err:
+            channel.unary_unary(SET_CONFIG)(b"\xff\xff\xff", timeout=10)  # not a SetConfigRequest
+        assert err.value.code() != grpc.StatusCode.OK
+        # (grpclib's own client reads this trailers-only answer as UNKNOWN: it lacks a content-type.)
+        with pytest.raises(grpc.RpcError) as err:
+            channel.unary_unary("/criresmgr.v1.Config/NoSuchMethod")(b"", timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        channel.close()
+        server.stop()
+
+
+def test_unavailable_deadline_and_reconnect_after_restart(sock: str) -> None:
+    client = UnaryClient(sock)
+    request = config_pb2.SetConfigRequest(node_name="n")
+    try:
+        with pytest.raises(RpcError) as err:
+            client.call(SET_CONFIG, request, config_pb2.SetConfigReply, 5)
+        assert err.value.code == "UNAVAILABLE"
+
+        release = threading.Event()
+        server = UnaryServer(sock, echo_methods([], release), "test").start()
+        with pytest.raises(RpcError) as err:
+            client.call(SET_CONFIG, config_pb2.SetConfigRequest(source="slow"), config_pb2.SetConfigReply, 0.3)
+        assert err.value.code == "DEADLINE_EXCEEDED"
+        release.set()
+        assert client.call(SET_CONFIG, request, config_pb2.SetConfigReply, 5).error == "n:0"
+
+        # A restarted server on the same path: the old connection is closed, the client dials again.
+        server.stop(grace=0)
+        server = UnaryServer(sock, echo_methods([]), "test").start()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert client.call(SET_CONFIG, request, config_pb2.SetConfigReply, 5).error == "n:0"
+                break
+            except RpcError as err:
+                assert err.code == "UNAVAILABLE" and time.monotonic() < deadline, err
+                time.sleep(0.05)
+        server.stop()
+    finally:
+        client.close()
+
+
+def test_a_live_socket_is_refused_and_a_stale_one_replaced(sock: str) -> None:
+    server = UnaryServer(sock, echo_methods([]), "test").start()
+    try:
+        with pytest.raises(SocketInUse, match="another process is serving"):
+            UnaryServer(sock, echo_methods([]), "second").start()
+    finally:
+        server.stop()
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(sock)
+    stale.close()  # bound, never listening: what a killed process leaves behind
+    server = UnaryServer(sock, echo_methods([]), "test").start()
+    client = UnaryClient(sock)
+    try:
+        assert client.call(SET_CONFIG, config_pb2.SetConfigRequest(), config_pb2.SetConfigReply, 5).error == ":0"
+    finally:
+        client.close()
+        server.stop()
+
+
+def run_python(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          check=True).stdout.strip()
+
+
+def test_cri_resmgr_never_imports_grpcio() -> None:
+    """grpcio would add ~20 MB to the relay's RSS (bench-relay's rss_mb); it must stay out of cri-resmgr."""
+    out = run_python("import sys, resmgr.cli, resmgr.relay.server\n"
+                     "print(sorted(m for m in sys.modules if m == 'grpc' or m.startswith(('grpc.', 'grpc_'))))")
+    assert out == "[]"
+
+
+def test_cri_api_package_still_works_after_deferred_init() -> None:
+    out = run_python("import resmgr.cri, cri_api\n"
+                     "from cri_api import RuntimeServiceStub, VersionRequest\n"
+                     "from cri_api.v1 import api_pb2\n"
+                     "assert VersionRequest is api_pb2.VersionRequest is resmgr.cri.api_pb2.VersionRequest\n"
+                     "print(RuntimeServiceStub.__module__)")
+    assert out == "cri_api.v1.api_pb2_grpc"
