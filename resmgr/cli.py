@@ -177,7 +177,7 @@ def build_resource_manager(args: argparse.Namespace) -> ResourceManager:
     return ResourceManager.from_options(relay_dir=args.relay_dir, fallback_config=args.fallback_config,
                                         force_config=args.force_config,
                                         disable_policy_switch=args.disable_policy_switch,
-                                        sysfs_root=args.sysfs_root)
+                                        sysfs_root=args.sysfs_root, background_save=True)
 
 
 class _Runner:
@@ -301,7 +301,11 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     finally:
         if metrics_server is not None:
             metrics_server.shutdown()
+        if rm is not None:
+            rm.close()
     if runner.plane is not None:
         runner.plane.stop()
     relay.stop(grace=args.shutdown_grace)
+    if rm is not None:
+        rm.close()  # calls drained by relay.stop may have changed the state once more
     return 0

@@ -143,10 +143,11 @@ class ResourceManager:
 
     def __init__(self, topology: Topology, *, relay_dir: str | Path = DEFAULT_RELAY_DIR,
                  fallback_config: dict[str, Any] | None = None, force_config: dict[str, Any] | None = None,
-                 disable_policy_switch: bool = False, sysfs_root: str = "/", cache_fsync: bool = True) -> None:
+                 disable_policy_switch: bool = False, sysfs_root: str = "/", cache_fsync: bool = True,
+                 background_save: bool = False) -> None:
         self.topology = topology
         self.sysfs_root = sysfs_root
-        self.cache = Cache(relay_dir, fsync=cache_fsync)
+        self.cache = Cache(relay_dir, fsync=cache_fsync, background=background_save)
         self.forced = force_config is not None
         self._lock = threading.RLock()
         self._pending: str | None = None
@@ -194,13 +195,14 @@ class ResourceManager:
     @classmethod
     def from_options(cls, *, relay_dir: str | Path = DEFAULT_RELAY_DIR, fallback_config: str | None = None,
                      force_config: str | None = None, disable_policy_switch: bool = False,
-                     sysfs_root: str = "/", cache_fsync: bool = True) -> ResourceManager:
+                     sysfs_root: str = "/", cache_fsync: bool = True,
+                     background_save: bool = False) -> ResourceManager:
         """Build from the CLI's flags: config file paths and the sysfs root. Raises ConfigError/TopologyError."""
         fallback = read_config_file(fallback_config) if fallback_config else None
         force = read_config_file(force_config) if force_config else None
         return cls(discover_topology(sysfs_root), relay_dir=relay_dir, fallback_config=fallback,
                    force_config=force, disable_policy_switch=disable_policy_switch, sysfs_root=sysfs_root,
-                   cache_fsync=cache_fsync)
+                   cache_fsync=cache_fsync, background_save=background_save)
 
     def _startup_config(self, data: CacheData, fallback: dict[str, Any] | None, force: dict[str, Any] | None,
                         disable_switch: bool) -> tuple[dict[str, Any], str]:
@@ -305,6 +307,10 @@ class ResourceManager:
             + ',"config_source":' + dumps(self._cached_config[1]) + "}"
         )
         self.cache.save_encoded(payload.encode())
+
+    def close(self) -> None:
+        """Write the last state to the cache (it may still be pending with ``background_save``)."""
+        self.cache.close()
 
     def placements(self) -> dict[str, tuple[str | None, str | None]]:
         """Container id -> (cpuset cpus, cpuset mems) as the policy wants them now."""

@@ -5,7 +5,8 @@ between the two as they are, so the two ends talk to each other end to end: sett
 flow control, pings, metadata, deadlines (grpc-timeout), cancellation (RST_STREAM),
 status codes and details all pass untouched, and no message is ever decoded on the
 pass-through path. The relay only *reads* along: it decodes header blocks with its own
-HPACK decoders (one per direction, kept in step because every block is seen in order)
+HPACK decoders (one per direction, kept in step because every block is seen in order;
+see hpack_reader for why they are our own)
 to learn each stream's method and final grpc-status, for metrics and dumping.
 
 Intercepted methods are the exception: the request's DATA frames are held back until the
@@ -25,16 +26,16 @@ import errno
 import logging
 import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 
-import hpack
-
 from resmgr.dump import Dumper
 from resmgr.metrics import RelayMetrics
+from resmgr.relay.hpack_reader import HeaderReader
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import CriMethod, cri_methods, short_name
 
@@ -47,6 +48,10 @@ SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 0x4, 0x5
 DEFAULT_WINDOW = 65535
 DEFAULT_MAX_FRAME = 16384
 RECV_BYTES = 256 * 1024
+# Response frames the relay reads along (DATA only for some streams, see _relay_responses).
+_READ_ALONG = frozenset((HEADERS, CONTINUATION, RST_STREAM, WINDOW_UPDATE, SETTINGS))
+# Frame header: 24-bit length (as 8 + 16 bits), type, flags, stream id (with its reserved bit).
+_FRAME_HEADER = struct.Struct(">BHBBI")
 # Header tables may grow as far as the two ends agree; the read-along decoders must follow.
 MAX_HEADER_TABLE = 1 << 24
 MAX_HEADER_LIST = 1 << 24
@@ -131,10 +136,8 @@ class _Connection:
         self.client_lock = threading.Lock()  # writes to the client
         self.upstream_lock = threading.Lock()  # writes to the runtime
         self.streams: dict[int, _Stream] = {}
-        self.request_decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
-        self.response_decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
-        for decoder in (self.request_decoder, self.response_decoder):
-            decoder.max_allowed_table_size = MAX_HEADER_TABLE
+        self.request_decoder = HeaderReader(max_table_size=MAX_HEADER_TABLE, max_header_list=MAX_HEADER_LIST)
+        self.response_decoder = HeaderReader(max_table_size=MAX_HEADER_TABLE, max_header_list=MAX_HEADER_LIST)
         self.request_blocks: dict[int, bytearray] = {}
         self.response_blocks: dict[int, bytearray] = {}
         self.blind = False  # read-along failed: copy bytes only, touch nothing
@@ -257,15 +260,17 @@ class _Connection:
         forward_from = 0
         held: list[_Stream] = []
         size = len(view)
+        unpack = _FRAME_HEADER.unpack_from
+        streams = self.streams
         while size - pos >= 9:
-            length = int.from_bytes(view[pos:pos + 3], "big")
+            high, low, ftype, flags, sid = unpack(view, pos)
+            length = high << 16 | low
             end = pos + 9 + length
             if end > size:
                 break
-            ftype, flags = view[pos + 3], view[pos + 4]
-            sid = int.from_bytes(view[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+            sid &= 0x7FFFFFFF
             if ftype == DATA:
-                stream = self.streams.get(sid)
+                stream = streams.get(sid)
                 if stream is not None and stream.collect:
                     stream.request += _data_payload(flags, view[pos + 9:end])
                     if stream.hold:
@@ -289,7 +294,7 @@ class _Connection:
                         self._request_headers(sid, self.request_blocks.pop(sid))
                 del block
             elif ftype == RST_STREAM:
-                stream = self.streams.get(sid)
+                stream = streams.get(sid)
                 if stream is not None:
                     stream.cancelled = True
                     self._finish(stream, 1, "cancelled by the client")
@@ -366,7 +371,7 @@ class _Connection:
 
     def _request_headers(self, sid: int, block: bytes | memoryview) -> None:
         try:
-            headers = self.request_decoder.decode(bytes(block), raw=True)
+            headers = self.request_decoder.decode(bytes(block))
         except Exception as err:
             self._go_blind(f"cannot decode request headers: {err}")
             return
@@ -419,40 +424,52 @@ class _Connection:
     def _relay_responses(self, view: memoryview) -> int:
         size = len(view)
         pos = 0
+        # Frames to read along once the bytes are sent. DATA matters only for a stream that keeps
+        # its response or ends with it; pings, priorities and the like not at all.
         frames: list[tuple[int, int, int, int, int]] = []
         rewrite = False
+        unpack = _FRAME_HEADER.unpack_from
+        streams = self.streams
         while size - pos >= 9:
-            length = int.from_bytes(view[pos:pos + 3], "big")
-            end = pos + 9 + length
+            high, low, ftype, flags, sid = unpack(view, pos)
+            end = pos + 9 + (high << 16 | low)
             if end > size:
                 break
-            ftype = view[pos + 3]
-            frames.append((ftype, view[pos + 4], int.from_bytes(view[pos + 5:pos + 9], "big") & 0x7FFFFFFF,
-                           pos, end))
-            if ftype == WINDOW_UPDATE and self.window_debt:
-                rewrite = True
+            sid &= 0x7FFFFFFF
+            if ftype == DATA:
+                if flags & FLAG_END_STREAM or (sid in streams and streams[sid].collect):
+                    frames.append((ftype, flags, sid, pos, end))
+            elif ftype in _READ_ALONG:
+                frames.append((ftype, flags, sid, pos, end))
+                if ftype == WINDOW_UPDATE and self.window_debt:
+                    rewrite = True
             pos = end
         if pos:
-            self.send_client(self._rewrite_window_updates(view, frames) if rewrite else view[:pos])
+            self.send_client(self._rewrite_window_updates(view, frames, pos) if rewrite else view[:pos])
             # Read along only after the bytes are on their way: this costs the client no latency.
             for ftype, flags, sid, start, end in frames:
                 self._response_frame(ftype, flags, sid, view[start + 9:end])
         return pos
 
-    def _rewrite_window_updates(self, view: memoryview, frames: list[tuple[int, int, int, int, int]]) -> bytearray:
+    def _rewrite_window_updates(self, view: memoryview, frames: list[tuple[int, int, int, int, int]],
+                                size: int) -> bytearray:
+        """``view[:size]`` with connection WINDOW_UPDATEs reduced by what the relay still owes (window debt)."""
         out = bytearray()
+        copied = 0
         for ftype, _flags, sid, start, end in frames:
-            if ftype == WINDOW_UPDATE and sid == 0:
-                increment = int.from_bytes(view[start + 9:end], "big") & 0x7FFFFFFF
-                with self.debt_lock:
-                    adjusted = increment - self.window_debt
-                    if adjusted <= 0:
-                        self.window_debt -= increment
-                        continue
-                    self.window_debt = 0
-                out += frame(WINDOW_UPDATE, 0, 0, adjusted.to_bytes(4, "big"))
-            else:
-                out += view[start:end]
+            if ftype != WINDOW_UPDATE or sid != 0:
+                continue
+            out += view[copied:start]
+            copied = end
+            increment = int.from_bytes(view[start + 9:end], "big") & 0x7FFFFFFF
+            with self.debt_lock:
+                adjusted = increment - self.window_debt
+                if adjusted <= 0:
+                    self.window_debt -= increment
+                    continue
+                self.window_debt = 0
+            out += frame(WINDOW_UPDATE, 0, 0, adjusted.to_bytes(4, "big"))
+        out += view[copied:size]
         return out
 
     def _response_frame(self, ftype: int, flags: int, sid: int, payload: memoryview) -> None:
@@ -472,7 +489,7 @@ class _Connection:
                     return
                 block = memoryview(self.response_blocks.pop(sid))
             try:
-                headers = self.response_decoder.decode(bytes(block), raw=True)
+                headers = self.response_decoder.decode(bytes(block))
             except Exception as err:
                 self._go_blind(f"cannot decode response headers: {err}")
                 return

@@ -37,14 +37,15 @@ class RelayProcess:
     """``cri-resmgr`` on ``workdir/relay.sock`` relaying to ``runtime_socket``; JSON logs in ``workdir``."""
 
     def __init__(self, workdir: Path, runtime_socket: str, *, args: list[str] | None = None,
-                 name: str = "cri-resmgr") -> None:
+                 name: str = "cri-resmgr", executable: str | None = None) -> None:
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.socket = str(workdir / "relay.sock")
         self.endpoint = "unix://" + self.socket
         self.pid_file = workdir / "cri-resmgr.pid"
-        self.argv = [cri_resmgr_executable(), "--relay-socket", self.socket, "--runtime-socket", runtime_socket,
-                     "--pid-file", str(self.pid_file), "--relay-dir", str(workdir / "state"),
+        self.argv = [executable or cri_resmgr_executable(), "--relay-socket", self.socket,
+                     "--runtime-socket", runtime_socket, "--pid-file", str(self.pid_file),
+                     "--relay-dir", str(workdir / "state"),
                      "--metrics-address", "127.0.0.1:0", "--log-format", "json", *(args or [])]
         self.name = name
         self.proc: Process | None = None
