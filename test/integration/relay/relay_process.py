@@ -47,6 +47,10 @@ class RelayProcess:
                      "--runtime-socket", runtime_socket, "--pid-file", str(self.pid_file),
                      "--relay-dir", str(workdir / "state"),
                      "--metrics-address", "127.0.0.1:0", "--log-format", "json", *(args or [])]
+        # Private config and agent sockets, so relays of concurrent test runs never meet.
+        for flag, name in (("--config-socket", "config.sock"), ("--agent-socket", "agent.sock")):
+            if flag not in self.argv:
+                self.argv += [flag, str(workdir / name)]
         self.name = name
         self.proc: Process | None = None
 
