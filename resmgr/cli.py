@@ -305,7 +305,5 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
             rm.close()
     if runner.plane is not None:
         runner.plane.stop()
-    relay.stop(grace=args.shutdown_grace)
-    if rm is not None:
-        rm.close()  # calls drained by relay.stop may have changed the state once more
+    relay.stop(grace=args.shutdown_grace)  # the cache is closed: what the drain changes is written at once
     return 0

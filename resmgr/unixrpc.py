@@ -95,7 +95,7 @@ def _failure(err: BaseException) -> RpcError:
         return RpcError(err.status.name, err.message or "")
     if isinstance(err, (asyncio.TimeoutError, futures.TimeoutError)):
         return RpcError("DEADLINE_EXCEEDED", "deadline exceeded")
-    if isinstance(err, (OSError, StreamTerminatedError, ProtocolError, ConnectionError)):
+    if isinstance(err, (OSError, StreamTerminatedError, ProtocolError)):
         return RpcError("UNAVAILABLE", str(err) or type(err).__name__)
     return RpcError("UNKNOWN", f"{type(err).__name__}: {err}")
 
@@ -127,10 +127,13 @@ class UnaryClient:
         try:
             # A second more than the call's own deadline, so grpclib reports it first.
             return self._rpc.run(call(), timeout + 1.0)
-        except RpcError:
-            raise
         except Exception as err:
             raise _failure(err) from None
+
+    def call_method(self, service: ServiceDescriptor, name: str, request: Any, timeout: float) -> Any:
+        """Call method ``name`` of a protobuf ``service``; the path and reply type come from the proto."""
+        path, _, reply_type = method_types(service, name)
+        return self.call(path, request, reply_type, timeout)
 
     def close(self) -> None:
         channel = self._channel
@@ -148,19 +151,24 @@ class UnaryClient:
 Method = tuple[Callable[[Any], Any], type, type]
 
 
+def method_types(service: ServiceDescriptor, name: str) -> tuple[str, type, type]:
+    """``/package.Service/Method``, request class, reply class; KeyError for a method the service lacks."""
+    method = service.methods_by_name[name]
+    return (f"/{service.full_name}/{method.name}", GetMessageClass(method.input_type),
+            GetMessageClass(method.output_type))
+
+
+def method_path(service: ServiceDescriptor, name: str) -> str:
+    return method_types(service, name)[0]
+
+
 def service_methods(service: ServiceDescriptor, handlers: dict[str, Callable[[Any], Any]]) -> dict[str, Method]:
     """Served methods from a protobuf service descriptor and handlers by method name (types come from the proto)."""
     methods: dict[str, Method] = {}
     for name, function in handlers.items():
-        method = service.methods_by_name[name]
-        methods[method_path(service, name)] = (function, GetMessageClass(method.input_type),
-                                               GetMessageClass(method.output_type))
+        path, request_type, reply_type = method_types(service, name)
+        methods[path] = (function, request_type, reply_type)
     return methods
-
-
-def method_path(service: ServiceDescriptor, name: str) -> str:
-    """``/package.Service/Method``; KeyError for a method the service does not have."""
-    return f"/{service.full_name}/{service.methods_by_name[name].name}"
 
 
 class _Service:

@@ -6,10 +6,9 @@ import json
 from typing import Any
 
 from google.protobuf.message import Message
-from google.protobuf.message_factory import GetMessageClass
 
 from resmgr.proto import agent_pb2
-from resmgr.unixrpc import RpcError, UnaryClient, method_path
+from resmgr.unixrpc import RpcError, UnaryClient
 
 PATCH_TYPES = ("strategic", "merge", "json")
 AGENT_SERVICE = agent_pb2.DESCRIPTOR.services_by_name["Agent"]
@@ -29,9 +28,8 @@ class AgentClient:
         self._client.close()
 
     def _call(self, name: str, request: Message) -> Any:
-        reply_type = GetMessageClass(AGENT_SERVICE.methods_by_name[name].output_type)
         try:
-            return self._client.call(method_path(AGENT_SERVICE, name), request, reply_type, self.timeout)
+            return self._client.call_method(AGENT_SERVICE, name, request, self.timeout)
         except RpcError as err:
             raise AgentError(f"{name} on agent socket {self.socket_path}: {err}") from None
 

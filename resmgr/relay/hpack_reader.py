@@ -35,6 +35,16 @@ class HeaderBlockError(ValueError):
     """The header block cannot be decoded; the connection's table state is lost."""
 
 
+def _integer(block: bytes, pos: int, prefix: int) -> tuple[int, int]:
+    """The integer with a ``prefix``-bit prefix at ``pos`` (RFC 7541 5.1), and the position after it."""
+    mask = (1 << prefix) - 1
+    value = block[pos] & mask
+    if value != mask:  # fits the prefix: nearly every index and length in gRPC headers
+        return value, pos + 1
+    value, used = decode_integer(block[pos:pos + 16], prefix)
+    return value, pos + used
+
+
 class HeaderReader:
     """One direction's HPACK decoder: ``decode(block)`` returns ``[(name, value), ...]`` as bytes."""
 
@@ -73,11 +83,7 @@ class HeaderReader:
         while pos < end:
             first = block[pos]
             if first & 0x80:  # indexed field
-                if first != 0xFF:
-                    index, pos = first & 0x7F, pos + 1
-                else:
-                    index, used = decode_integer(block[pos:pos + 16], 7)
-                    pos += used
+                index, pos = _integer(block, pos, 7)
                 header = self._get(index)
             elif first & 0x40:  # literal with incremental indexing
                 name, value, pos = self._literal(block, pos, 6)
@@ -85,8 +91,7 @@ class HeaderReader:
                 self._add(header)
                 changed = True
             elif first & 0x20:  # dynamic table size update
-                size, used = decode_integer(block[pos:pos + 16], 5)
-                pos += used
+                size, pos = _integer(block, pos, 5)
                 if size > self.max_table_size:
                     raise HeaderBlockError(f"table size update to {size} exceeds the allowed {self.max_table_size}")
                 self.table_size = size
@@ -105,20 +110,13 @@ class HeaderReader:
     def _get(self, index: int) -> Header:
         if 0 < index <= _STATIC_COUNT:
             return STATIC_TABLE[index - 1]
-        try:
-            if index <= _STATIC_COUNT:
-                raise IndexError
-            return self._entries[index - _STATIC_COUNT - 1]
-        except IndexError:
-            raise HeaderBlockError(f"header table index {index} is out of range") from None
+        dynamic = index - _STATIC_COUNT - 1
+        if 0 <= dynamic < len(self._entries):
+            return self._entries[dynamic]
+        raise HeaderBlockError(f"header table index {index} is out of range")
 
     def _literal(self, block: bytes, pos: int, prefix: int) -> tuple[bytes, bytes, int]:
-        mask = (1 << prefix) - 1
-        if block[pos] & mask == mask:
-            index, used = decode_integer(block[pos:pos + 16], prefix)
-        else:
-            index, used = block[pos] & mask, 1
-        pos += used
+        index, pos = _integer(block, pos, prefix)
         if index:
             name = self._get(index)[0]
         else:
@@ -128,16 +126,12 @@ class HeaderReader:
 
     @staticmethod
     def _string(block: bytes, pos: int) -> tuple[bytes, int]:
-        first = block[pos]
-        if first & 0x7F != 0x7F:
-            length, pos = first & 0x7F, pos + 1
-        else:
-            length, used = decode_integer(block[pos:pos + 16], 7)
-            pos += used
+        huffman = block[pos] & 0x80
+        length, pos = _integer(block, pos, 7)
         data = block[pos:pos + length]
         if len(data) != length:
             raise HeaderBlockError("header string runs past the end of the block")
-        return (decode_huffman(data) if first & 0x80 else bytes(data)), pos + length
+        return (decode_huffman(data) if huffman else bytes(data)), pos + length
 
     def _add(self, header: Header) -> None:
         size = len(header[0]) + len(header[1]) + _ENTRY_OVERHEAD

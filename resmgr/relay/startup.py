@@ -9,7 +9,6 @@ import time
 from dataclasses import dataclass, field
 
 from resmgr.cri import api_pb2
-from resmgr.relay.methods import RUNTIME_SERVICE
 from resmgr.sockets import endpoint_path
 from resmgr.unixrpc import RpcError, UnaryClient
 
@@ -20,8 +19,7 @@ class StartupError(RuntimeError):
     """The relay cannot start; the message says why and what to do."""
 
 
-def _path(method: str) -> str:
-    return f"/{RUNTIME_SERVICE}/{method}"
+RUNTIME = api_pb2.DESCRIPTOR.services_by_name["RuntimeService"]
 
 
 def wait_for_runtime(client: UnaryClient, endpoint: str, *, stop: threading.Event | None = None,
@@ -36,8 +34,7 @@ def wait_for_runtime(client: UnaryClient, endpoint: str, *, stop: threading.Even
         attempt += 1
         if os.path.exists(path):
             try:
-                version = client.call(_path("Version"), api_pb2.VersionRequest(), api_pb2.VersionResponse,
-                                      timeout=max(1.0, backoff))
+                version = client.call_method(RUNTIME, "Version", api_pb2.VersionRequest(), timeout=max(1.0, backoff))
             except RpcError as err:
                 problem = f"runtime socket does not answer CRI Version: {err}"
             else:
@@ -73,10 +70,9 @@ def sync_from_runtime(client: UnaryClient, *, attempts: int = 3, timeout: float 
     last_error: RpcError | None = None
     for attempt in range(1, attempts + 1):
         try:
-            pods = client.call(_path("ListPodSandbox"), api_pb2.ListPodSandboxRequest(),
-                               api_pb2.ListPodSandboxResponse, timeout=timeout).items
-            containers = client.call(_path("ListContainers"), api_pb2.ListContainersRequest(),
-                                     api_pb2.ListContainersResponse, timeout=timeout).containers
+            pods = client.call_method(RUNTIME, "ListPodSandbox", api_pb2.ListPodSandboxRequest(), timeout).items
+            containers = client.call_method(RUNTIME, "ListContainers", api_pb2.ListContainersRequest(),
+                                            timeout).containers
         except RpcError as err:
             last_error = err
             log.warning("startup sync failed (attempt %d/%d): %s", attempt, attempts, err)
