@@ -172,17 +172,49 @@ step_gardener_crds() {
   log "gardener CRDs: $(ls "$out" | tr '\n' ' ')"
 }
 
+# The mirror this machine's apt uses for SUITE's main component (deb822 .sources and one-line
+# .list files alike), so debootstrap fetches from where apt-get does; no host name is built in.
+apt_mirror_for() {
+  python3 - "$1" /etc/apt/sources.list /etc/apt/sources.list.d/* <<'EOF'
+import sys
+from pathlib import Path
+
+suite, files = sys.argv[1], sys.argv[2:]
+for f in files:
+    p = Path(f)
+    if not p.is_file() or p.suffix not in (".list", ".sources"):
+        continue
+    text = p.read_text(errors="replace")
+    entries = []
+    if p.suffix == ".sources":
+        for para in text.split("\n\n"):
+            fields = {}
+            for line in para.splitlines():
+                if line[:1] not in ("#", " ", "\t") and ":" in line:
+                    k, v = line.split(":", 1)
+                    fields[k.strip().lower()] = v.split()
+            if fields.get("enabled", ["yes"])[0] != "no" and "deb" in fields.get("types", []):
+                entries += [(u, fields.get("suites", []), fields.get("components", [])) for u in fields.get("uris", [])]
+    else:
+        for line in text.splitlines():
+            words = [w for w in line.split("#", 1)[0].split() if not w.startswith("[")]
+            if len(words) >= 4 and words[0] == "deb":
+                entries.append((words[1], [words[2]], words[3:]))
+    for uri, suites, components in entries:
+        if suite in suites and "main" in components:
+            print(uri.rstrip("/"))
+            sys.exit(0)
+sys.exit(1)
+EOF
+}
+
 step_rootfs() {
   local out="$CACHE/rootfs/$DEBIAN_SUITE.tar.zst"
   local key="debootstrap minbase $DEBIAN_SUITE systemd,systemd-sysv,dbus,python3,iproute2,procps v1"
   if stamp_ok "$out" "$key"; then log "rootfs: cached ($out)"; return; fi
-  local mirror="$DEBIAN_MIRROR"
-  if [ -z "$mirror" ]; then
-    # Use the mirror apt already uses on this machine.
-    mirror=$(grep -hoE '^URIs: *\S+debian/?$|^deb +\S+debian/? ' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
-             | head -1 | awk '{print $2}' || true)
-    mirror="${mirror:-http://deb.debian.org/debian}"
-  fi
+  local mirror="${DEBIAN_MIRROR:-}"
+  [ -n "$mirror" ] || mirror=$(apt_mirror_for "$DEBIAN_SUITE") \
+    || die "no apt source on this machine serves '$DEBIAN_SUITE' main; set DEBIAN_MIRROR=<mirror URL>"
   local tmp; tmp=$(mktemp -d "$CACHE/rootfs-build.XXXX")
   log "rootfs: debootstrap $DEBIAN_SUITE from $mirror (about a minute, once)"
   debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,python3,iproute2,procps \
