@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from oci_layout import PATH_ENV, Image, Layer, write_docker_archive
+from docker_archive import PATH_ENV, Image, Layer, write_docker_archive
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_REGISTRY = "europe-docker.pkg.dev/gardener-project/public/gardener/extensions"

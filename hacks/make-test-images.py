@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from oci_layout import Image, Layer, write_docker_archive
+from docker_archive import Image, Layer, write_docker_archive
 
 BUSYBOX_TAGS = ["docker.io/library/busybox:latest", "docker.io/library/busybox:1.35"]
 PAUSE_TAGS = ["registry.k8s.io/pause:3.6", "registry.k8s.io/pause:3.10"]

@@ -1,0 +1,69 @@
+"""A real docker-registry on loopback (hacks/registry.py) and a private containerd that pulls through it."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from fixtures.containerd import Containerd
+from fixtures.procs import free_port
+from fixtures.tools import Tools
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def load_hack(name: str) -> ModuleType:
+    """A hacks/ script as a module (hacks/ is not a package; its scripts import each other by name)."""
+    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), REPO / "hacks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def registry_mod() -> ModuleType:
+    return load_hack("registry")
+
+
+@pytest.fixture(scope="session")
+def test_images_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """busybox + pause as a docker-archive (hacks/make-test-images.py), independent of the setup cache."""
+    out = tmp_path_factory.mktemp("archives") / "test-images.tar"
+    subprocess.run([sys.executable, str(REPO / "hacks" / "make-test-images.py"), "--output", str(out)],
+                   check=True, capture_output=True, timeout=120)
+    return out
+
+
+@pytest.fixture(scope="module")
+def registry(registry_mod: ModuleType, tmp_path_factory: pytest.TempPathFactory):
+    """A registry of this module's own, on a free loopback port; stopped (and checked gone) afterwards."""
+    workdir = tmp_path_factory.mktemp("registry")
+    reg = registry_mod.start(workdir, f"127.0.0.1:{free_port()}")
+    yield reg
+    assert registry_mod.stop(workdir)
+
+
+@pytest.fixture(scope="module")
+def certs_dir(registry_mod: ModuleType, registry, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    certs = tmp_path_factory.mktemp("certs.d")
+    registry_mod.write_hosts_toml(certs, registry.address)
+    return certs
+
+
+@pytest.fixture(scope="module")
+def pulling_containerd(tools: Tools, certs_dir: Path) -> Iterator[Containerd]:
+    """A containerd whose CRI pulls read certs_dir, as a landscape node's does."""
+    workdir = Path(tempfile.mkdtemp(prefix="ctrd-reg-", dir="/tmp"))
+    ctrd = Containerd(tools, workdir, registry_config_path=certs_dir)
+    try:
+        ctrd.start()
+        yield ctrd
+    finally:
+        ctrd.stop()
