@@ -1,339 +1,233 @@
 #!/usr/bin/env python3
-"""The local demo (`make demo`): the whole enable -> pin -> disable flow on this machine.
+"""The local demo (`make demo`): cri-resmgr enabled and disabled on a local landscape in which
+every component but gardenlet is the real one (see hacks/landscape.py and the README).
 
-It starts a real seed API (etcd + kube-apiserver with Gardener's CRDs) and a real systemd
-node (systemd-nspawn with containerd and a kubelet stand-in), then:
+  0. the landscape: seed + shoot kube-apiserver, kube-controller-manager, kube-scheduler,
+     kube-proxy, gardener-resource-manager, nspawn nodes with real kubelets (a seed node running
+     the extension's Deployment from its image, two shoot nodes in two worker pools);
+  1. enable: the gardenlet stand-in writes the Cluster and the Extension (operation=reconcile),
+     the extension renders the ManagedResource, gardener-resource-manager applies it to the shoot;
+  2. the installer and agent DaemonSets roll out through kubelet;
+  3. each installer pod repoints its node's real kubelet at the relay;
+  4. a Guaranteed pod created through the shoot API runs pinned (cpuset read from the host cgroup);
+  5. a changed `default` config (the shoot's providerConfig) changes the policy's behaviour: a new
+     Guaranteed pod is no longer pinned (PinCPU: false);
+  6. disable: the gardenlet stand-in deletes the Extension;
+  7. the uninstall roll runs;
+  8. every node's files are back byte for byte, kubelet is back on containerd, and the workload
+     pods are still Running.
 
-1. runs the extension operator against a Cluster plus an Extension with the example configs;
-2. plays gardener-resource-manager: takes what the extension rendered and applies it to the
-   node — the installer (install mode, with the rendered static config) and the agent (with the
-   rendered dynamic ConfigMaps, the seed API standing in for the shoot API);
-3. starts a Guaranteed pod through the relay and shows its pinned cpuset from the cgroup;
-4. deletes the Extension, runs the uninstall roll the extension asks for, and checks that the
-   node's kubelet files are back byte for byte;
-5. prints a summary table and stops everything it started.
-
-The demo reuses the test harness (test/fixtures) for the real components; nothing is mocked
-but gardener-resource-manager itself, which cannot run here.
+It prints a summary table and stops everything it started (unless --keep).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
-import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-for sub in ("test", "test/integration/extension", "test/integration/installer"):
-    sys.path.insert(0, str(REPO / sub))
+sys.path.insert(0, str(REPO / "test"))
 
-from extension_operator_process import Operator, SeedClient  # noqa: E402
-from fixtures.cri_objects import make_container_config, make_pod_config, write_json  # noqa: E402
-from fixtures.procs import Process, unix_socket_answers  # noqa: E402
-from fixtures.seed_api import SeedAPI  # noqa: E402
-from fixtures.systemd_node import SystemdNode, extract_rootfs  # noqa: E402
-from fixtures.tools import SETUP_HINT, find_tools  # noqa: E402
-from installer_node import (  # noqa: E402
-    WATCHED_DIRS,
-    installer_argv,
-    node_ro_binds,
-    prepare_node,
-    snapshot,
-    write_launcher,
+from e2e.gardener import shoot_ops  # noqa: E402
+from fixtures.landscape import Images, Landscape  # noqa: E402
+from fixtures.landscape.node_checks import WATCHED_DIRS, NodeRunner, file_digests  # noqa: E402
+from fixtures.landscape.workloads import (  # noqa: E402
+    container_cpuset,
+    daemonset_rolled_out,
+    guaranteed_pod,
+    wait_pod_running,
 )
+from fixtures.tools import SETUP_HINT, find_tools  # noqa: E402
 
-NODE_NAME = "demo-node"
-RELAY = "/var/run/cri-resmgr/cri-resmgr.sock"
-CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
-AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
+DEFAULT_CONFIG = (REPO / "examples/configs/default-topology-aware.yaml").read_text()
+# The landscape's nodes share one network namespace: one metrics port cannot serve them all.
+EXTRA_OPTIONS = "--metrics-address=off"
+
+
+def provider_config(default: str) -> dict:
+    return {"apiVersion": "cri-resmgr.extensions.gardener.cloud/v1alpha1", "kind": "CriResMgrConfig",
+            "configs": {"default": default, "EXTRA_OPTIONS": EXTRA_OPTIONS}}
 
 
 class Demo:
-    def __init__(self, workdir: Path, keep: bool, executable: Path | None = None) -> None:
+    def __init__(self, workdir: Path, keep: bool, images_dir: Path) -> None:
         self.workdir = workdir
         self.keep = keep
-        self.executable = executable
-        self.results: list[tuple[str, str, float]] = []
-        self.cleanup: list[Callable[[], None]] = []
         self.tools = find_tools()
+        self.land = Landscape(self.tools, workdir / "landscape", Images.from_dir(self.tools, images_dir),
+                              base_configs={"fallback": (REPO / "examples/configs/fallback.yaml").read_text()})
+        self.results: list[tuple[str, str, float]] = []
 
-    # -- output -------------------------------------------------------------------------
-    def step(self, title: str, fn: Callable[[], str]) -> str:
+    def step(self, title: str, fn: Callable[[], str]) -> None:
         print(f"\n==> {title}", flush=True)
         t0 = time.monotonic()
         try:
             outcome = fn()
         except Exception as exc:
-            self.results.append((title, f"FAILED: {exc}", time.monotonic() - t0))
+            self.results.append((title, f"FAILED: {exc}".splitlines()[0][:300], time.monotonic() - t0))
             raise
         took = time.monotonic() - t0
         self.results.append((title, outcome, took))
         print(f"    {outcome} ({took:.1f}s)", flush=True)
-        return outcome
 
     def summary(self) -> None:
         width = max(len(t) for t, _, _ in self.results)
-        print("\n" + "=" * 100)
+        print("\n" + "=" * 110)
         print(f"{'step'.ljust(width)} | {'time':>6} | result")
-        print("-" * 100)
+        print("-" * 110)
         for title, outcome, took in self.results:
             print(f"{title.ljust(width)} | {took:5.1f}s | {outcome}")
-        print("=" * 100, flush=True)
+        print("=" * 110, flush=True)
 
-    def log(self, text: str) -> None:
-        for line in text.rstrip().splitlines():
-            print(f"    {line}", flush=True)
+    # -- steps --------------------------------------------------------------------------
+    def landscape(self) -> str:
+        self.land.up()
+        self.nodes = self.land.shoot_nodes
+        self.runners = [NodeRunner(n) for n in self.nodes]
+        self.before = {n.name: file_digests(n) for n in self.nodes}
+        self.gardenlet = self.land.gardenlet()
+        v = self.land.versions()
+        pools = ", ".join(f"{n.name} ({n.spec.pool})" for n in self.nodes)
+        return (f"{v['kubelet']} on {pools}; seed node {self.land.seed_node.name} runs the extension image "
+                f"{self.land.extension_image().rsplit('/', 1)[-1]}; {v['gardener-resource-manager']}; "
+                f"images: {self.land.image_source()}")
 
-    # -- the flow -------------------------------------------------------------------------
-    def start_seed(self) -> str:
-        self.seed_api = SeedAPI(self.tools, self.workdir / "seed")
-        self.cleanup.append(self.seed_api.stop)
-        self.seed_api.start()
-        self.seed = SeedClient(self.seed_api)
-        return f"kube-apiserver {self.seed_api.version()['gitVersion']} at {self.seed_api.url}, Gardener CRDs ready"
+    def enable(self) -> str:
+        self.t_enable = time.monotonic()
+        self.gardenlet.write_cluster()
+        self.gardenlet.reconcile(provider_config(DEFAULT_CONFIG))
+        self.gardenlet.wait_ready(300)
+        mr = self.land.seed.get_json("managedresource", "-n", self.land.namespace, "extension-runtime-cri-resmgr")
+        conds = {c["type"]: c["status"] for c in mr["status"].get("conditions", [])}
+        return f"Extension Succeeded; ManagedResource conditions (gardener-resource-manager): {conds}"
 
-    def start_node(self) -> str:
-        rootfs = extract_rootfs(self.tools.rootfs_tar, self.workdir / "rootfs")
-        # runc gives each container its own session keyring; nspawn filters those syscalls by default.
-        self.node = SystemdNode(rootfs, self.workdir / "node", ro_binds=node_ro_binds(), name=NODE_NAME,
-                                extra_args=["--system-call-filter=add_key keyctl request_key"])
-        self.node.workdir.mkdir(parents=True, exist_ok=True)
-        self.cleanup.append(self.node.poweroff)
-        self.node.boot()
-        # The node's runc manages pod cgroups in this machine's cgroup v1 hierarchies (cgroupfs
-        # driver, as a kubelet node does); nspawn mounts those controllers read-only.
-        for d in sorted(Path("/sys/fs/cgroup").iterdir()):
-            if d.is_dir() and not d.is_symlink() and d.name not in ("systemd", "unified"):
-                subprocess.run(["nsenter", "-t", str(self.node.pid), "-m", "--", "mount", "-o", "remount,bind,rw",
-                                str(d)], check=True, capture_output=True)
-        self.node.write_file("/etc/hosts", "127.0.0.1 localhost\n")
-        self.layout = prepare_node(self.node, "gardener")
-        socket = f"{self.node.root}/run/containerd/containerd.sock"
-        subprocess.run(["ctr", "--address", socket, "-n", "k8s.io", "images", "import", str(self.tools.images_tar)],
-                       check=True, capture_output=True, timeout=120)
-        self.before = snapshot(self.node)
-        return (f"systemd node pid {self.node.pid}: containerd running, kubelet (stand-in, gardener layout) on "
-                f"{self.kubelet_endpoint()}")
+    def rollout(self) -> str:
+        shoot = self.land.shoot
+        for ds in ("cri-resmgr-installer", "cri-resmgr-agent"):
+            shoot_ops.wait_until(f"{ds} rolled out", lambda ds=ds: daemonset_rolled_out(shoot, ds), 300, 1)
+        pods = shoot.get_json("pods", "-n", "kube-system")["items"]
+        return "Running: " + ", ".join(sorted(f"{p['metadata']['name']}@{p['spec']['nodeName']}" for p in pods
+                                               if p["status"].get("phase") == "Running"))
 
-    def kubelet_endpoint(self) -> str:
-        args = self.node.read_file("/var/lib/kubelet/extra_args").decode() if self.node.exists(
-            "/var/lib/kubelet/extra_args") else ""
-        found = re.search(r"--container-runtime-endpoint=(\S+?)\"?(\s|$)", args)
-        if found:
-            return found.group(1) + " (set in /var/lib/kubelet/extra_args)"
-        return "unix:///run/containerd/containerd.sock (kubelet.service)"
+    def repointed(self) -> str:
+        for r in self.runners:
+            shoot_ops.wait_until(f"{r.node} on the relay", shoot_ops.installed_check(r), 300, 1)
+        self.enable_to_relay = time.monotonic() - self.t_enable
+        for r in self.runners:
+            shoot_ops.wait_until(f"{r.node}: agent applied the default config",
+                                 lambda n=r.node: shoot_ops.agent_config_applied(self.land.shoot.get_json("node", n)),
+                                 120, 1)
+        eps = {r.node: shoot_ops.node_kubelet_endpoint(r) for r in self.runners}
+        return f"kubelet endpoints {eps}; enable -> every node on the relay in {self.enable_to_relay:.1f}s"
 
-    def reconcile(self) -> str:
-        ns = self.seed_api.create_shoot_namespace("shoot--local--demo")
-        self.namespace = ns
-        self.seed_api.create_cluster(ns)
-        garden = self.seed_api.create_shoot_namespace("garden-demo")
-        self.seed.create_configs_configmap(garden, {"fallback": (REPO / "examples/configs/fallback.yaml").read_text()})
-        self.operator = Operator(self.seed_api, self.tools, self.workdir / "operator", None,
-                                 configmap_namespace=garden, extra_args=["--heartbeat-namespace", garden])
-        self.cleanup.append(self.operator.stop)
-        self.operator.start()
-        configs = {"default": (REPO / "examples/configs/default-topology-aware.yaml").read_text(),
-                   # The node shares the host network: keep the metrics port free.
-                   "EXTRA_OPTIONS": "--metrics-address=off"}
-        self.seed.create_extension(ns, {"apiVersion": "cri-resmgr.extensions.gardener.cloud/v1alpha1",
-                                        "kind": "CriResMgrConfig", "configs": configs})
-        ext = self.wait(lambda: self._succeeded(), "Extension lastOperation Succeeded", 120)
-        objs = self.seed.rendered_objects(ns)
-        kinds = sorted({o["kind"] for o in objs})
-        return (f"{ns}: lastOperation {ext['status']['lastOperation']['type']}/Succeeded, ManagedResource with "
-                f"{len(objs)} objects ({', '.join(kinds)})")
+    def pinned(self) -> str:
+        node = self.nodes[0]
+        self.land.shoot.run("apply", "-f", "-", input=_json(guaranteed_pod("demo-pinned", node.name)))
+        pod = wait_pod_running(self.land.shoot, "demo-pinned")
+        told, cpus = container_cpuset(node, pod)
+        self.all_cpus = node.node.run(["cat", f"/sys/fs/cgroup/cpuset{node.cgroup_root}/cpuset.cpus"]).stdout.strip()
+        if not told or told != cpus or cpus == self.all_cpus:
+            raise RuntimeError(f"not pinned: relay set {told!r}, cgroup has {cpus!r}, node has {self.all_cpus!r}")
+        return f"pod demo-pinned on {node.name}: host cgroup cpuset.cpus={cpus} (node has {self.all_cpus})"
 
-    def _succeeded(self) -> dict | None:
-        ext = self.seed.extension(self.namespace)
-        op = ((ext or {}).get("status") or {}).get("lastOperation") or {}
-        if op.get("state") == "Error":
-            raise RuntimeError(f"extension reconcile failed: {op.get('description')}")
-        return ext if op.get("state") == "Succeeded" else None
+    def config_change(self) -> str:
+        node = self.nodes[0]
+        before = self.land.shoot.get_json("node", node.name)["metadata"]["annotations"].get(shoot_ops.CONFIG_SOURCE)
+        self.gardenlet.reconcile(provider_config(DEFAULT_CONFIG.replace("PinCPU: true", "PinCPU: false")))
+        self.gardenlet.wait_ready(300)
 
-    def rendered(self, kind: str, name: str) -> dict:
-        for obj in self.seed.rendered_objects(self.namespace):
-            if obj["kind"] == kind and obj["metadata"]["name"] == name:
-                return obj
-        raise RuntimeError(f"the extension rendered no {kind} {name}")
-
-    def installer_mode(self) -> str:
-        ds = self.rendered("DaemonSet", "cri-resmgr-installer")
-        for c in ds["spec"]["template"]["spec"]["containers"]:
-            for env in c.get("env", []):
-                if env["name"] == "CRI_RESMGR_INSTALLER_MODE":
-                    return env["value"]
-        return "install"
-
-    def run_installer(self, mode: str) -> subprocess.CompletedProcess:
-        cm = self.rendered("ConfigMap", "cri-resmgr-installer-config")
-        config_dir = self.workdir / f"installer-config-{mode}"
-        shutil.rmtree(config_dir, ignore_errors=True)
-        config_dir.mkdir(parents=True)
-        for key, value in (cm.get("data") or {}).items():
-            (config_dir / key).write_text(value)
-        # The single-file build when given (make demo), else a launcher into this checkout's venv.
-        binary = self.executable or write_launcher(self.workdir)
-        argv = installer_argv(self.node, binary, config_dir, self.workdir / "ready", "--once", "--mode", mode)
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=str(REPO))
-        self.log("\n".join(line for line in r.stderr.splitlines()[-8:]))
-        if r.returncode != 0:
-            raise RuntimeError(f"installer ({mode}) exited {r.returncode}")
-        return r
-
-    def install(self) -> str:
-        mode = self.installer_mode()
-        if mode != "install":
-            raise RuntimeError(f"the extension rendered installer mode {mode!r}, expected install")
-        self.run_installer("install")
-        unit = self.node.systemctl("is-active", "cri-resource-manager.service", check=False).stdout.strip()
-        what = "single-file executable" if self.executable else "venv launcher"
-        return f"cri-resource-manager.service {unit} ({what}); kubelet now on {self.kubelet_endpoint()}"
-
-    def start_agent(self) -> str:
-        core_objs = [o for o in self.seed.rendered_objects(self.namespace)
-                     if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("cri-resmgr-config.")]
-        self.seed_api.kubectl("create", "namespace", "kube-system", check=False)
-        for cm in core_objs:
-            self.seed_api.kubectl("apply", "-f", "-", input=json.dumps(cm))
-        self.seed_api.kubectl("apply", "-f", "-", input=json.dumps(
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME}}))
-        agent = Process("cri-resmgr-agent", [
-            str(Path(sys.executable).parent / "cri-resmgr-agent"), "--kubeconfig", self.seed_api.kubeconfig,
-            "--config-socket", str(self.node.path(CONFIG_SOCKET)), "--agent-socket",
-            str(self.node.path(AGENT_SOCKET)), "--log-format", "text"], self.workdir,
-            env={**os.environ, "NODE_NAME": NODE_NAME})
-        self.cleanup.append(agent.stop)
-        self.agent = agent
-        agent.wait_until(lambda: unix_socket_answers(str(self.node.path(AGENT_SOCKET))), "agent socket", 60)
-        try:
-            source = self.wait(lambda: self._node_annotation("config-source"), "the agent's config-source annotation",
-                               60)
-        except TimeoutError:
-            self.log(agent.log_tail())
-            raise
-        return f"agent pushed {source} ({len(core_objs)} dynamic ConfigMap(s) from the rendered chart)"
-
-    def _node_annotation(self, key: str) -> str | None:
-        out = self.seed_api.kubectl("get", "node", NODE_NAME, "-o", "json").stdout
-        annotations = json.loads(out)["metadata"].get("annotations") or {}
-        return annotations.get(f"cri-resource-manager.intel.com/{key}")
-
-    def crictl(self, *args: str) -> str:
-        endpoint = f"unix://{self.node.path(RELAY)}"
-        r = subprocess.run([self.tools.crictl, "--runtime-endpoint", endpoint, "--image-endpoint", endpoint,
-                            "--timeout", "60s", *args], capture_output=True, text=True, timeout=120)
-        if r.returncode != 0:
-            raise RuntimeError(f"crictl {' '.join(args)}: {r.stderr.strip()}")
-        return r.stdout.strip()
-
-    def pinned_pod(self) -> str:
-        config = make_pod_config("guaranteed", qos="guaranteed")
-        # Host network: the node shares this machine's network namespace and may not create bridges.
-        config["linux"]["security_context"]["namespace_options"]["network"] = 2
-        config.pop("hostname")  # a host-network pod shares the node's UTS namespace
-        pod = write_json(self.workdir / "pod.json", config)
-        ctr = write_json(self.workdir / "ctr.json", make_container_config(
-            "app", cpu_shares=1024, cpu_quota=100000, cpu_period=100000, memory_limit=64 * 1024 * 1024))
-        pod_id = self.crictl("runp", pod)
-        cid = self.crictl("create", pod_id, ctr, pod)
-        self.crictl("start", cid)
-        self.pod_id = pod_id
-        info = json.loads(self.crictl("inspect", cid))
-        cgroup = info["info"]["runtimeSpec"]["linux"]["cgroupsPath"].lstrip("/")
-        # The node's runc uses this machine's cgroup hierarchy, so read the host's own files.
-        host_cgroup = Path("/sys/fs/cgroup/cpuset") / cgroup
-        cpus = (host_cgroup / "cpuset.cpus").read_text().strip()
-        mems = (host_cgroup / "cpuset.mems").read_text().strip()
-        requested = info["info"]["runtimeSpec"]["linux"]["resources"].get("cpu", {}).get("cpus", "")
-        if not cpus or cpus != requested:
-            raise RuntimeError(f"cgroup cpuset {cpus!r} differs from what the relay set ({requested!r})")
-        return f"Guaranteed 1-CPU container {cid[:12]}: host {host_cgroup}/cpuset.cpus={cpus} mems={mems}"
+        def pushed() -> tuple[bool, str]:
+            ann = self.land.shoot.get_json("node", node.name)["metadata"].get("annotations") or {}
+            ok, why = shoot_ops.agent_config_applied({"metadata": {"name": node.name, "annotations": ann}})
+            return ok and ann.get(shoot_ops.CONFIG_SOURCE) != before, why or f"still {before}"
+        shoot_ops.wait_until("the agent pushed the changed default config", pushed, 180, 1)
+        self.land.shoot.run("apply", "-f", "-", input=_json(guaranteed_pod("demo-unpinned", node.name)))
+        pod = wait_pod_running(self.land.shoot, "demo-unpinned")
+        told, cpus = container_cpuset(node, pod)
+        if cpus != self.all_cpus:
+            raise RuntimeError(f"PinCPU: false, yet the new pod's cgroup has {cpus!r} (relay set {told!r})")
+        return f"PinCPU: false reached {node.name}; new Guaranteed pod cpuset.cpus={cpus} (not pinned)"
 
     def disable(self) -> str:
-        self.crictl("stopp", self.pod_id)
-        self.crictl("rmp", self.pod_id)
-        self.seed_api.kubectl("annotate", "extension", "-n", self.namespace, "--all",
-                              "gardener.cloud/operation=reconcile", "--overwrite", check=False)
-        self.seed.delete_extension(self.namespace)
-        self.wait(lambda: self.installer_mode() == "uninstall", "the extension to roll the installer to uninstall", 60)
-        self.run_installer("uninstall")
-        # As gardener-resource-manager would once the uninstall DaemonSet is healthy.
-        self.seed.set_mr_conditions(self.namespace)
-        self.wait(lambda: self.seed.extension(self.namespace) is None, "the Extension to be gone", 120)
-        after = snapshot(self.node)
-        changed = sorted(k for k in set(self.before) | set(after) if self.before.get(k) != after.get(k))
-        if changed:
-            raise RuntimeError(f"node not restored: {changed}")
-        unit = self.node.systemctl("is-active", "cri-resource-manager.service", check=False).stdout.strip()
-        return (f"Extension deleted after the uninstall roll; unit {unit or 'gone'}; kubelet on "
-                f"{self.kubelet_endpoint()}; {len(self.before)} files in {len(WATCHED_DIRS)} dirs identical")
+        self.t_disable = time.monotonic()
+        self.gardenlet.delete_extension()
+        self.gardenlet.wait_gone(600)
+        return f"Extension gone after {time.monotonic() - self.t_disable:.1f}s (uninstall roll, then MR deleted)"
 
-    def wait(self, check: Callable[[], Any], what: str, timeout: float) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = check()
-            if value:
-                return value
-            time.sleep(0.5)
-        raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+    def restored(self) -> str:
+        for r in self.runners:
+            shoot_ops.wait_until(f"{r.node} restored", shoot_ops.removed_check(r), 300, 1)
+        self.disable_to_restored = time.monotonic() - self.t_disable
+        for n in self.nodes:
+            after = file_digests(n)
+            changed = sorted(k for k in set(self.before[n.name]) | set(after)
+                             if self.before[n.name].get(k) != after.get(k))
+            if changed:
+                raise RuntimeError(f"{n.name} not restored: {changed}")
+        phases = {p: self.land.shoot.get_json("pod", p)["status"].get("phase")
+                  for p in ("demo-pinned", "demo-unpinned")}
+        if set(phases.values()) != {"Running"}:
+            raise RuntimeError(f"workload pods not Running after disable: {phases}")
+        files = sum(len(v) for v in self.before.values())
+        return (f"{files} files in {len(WATCHED_DIRS)} dirs identical on {len(self.nodes)} nodes; kubelet on "
+                f"containerd; workloads {phases}; disable -> restored in {self.disable_to_restored:.1f}s")
 
     def run(self) -> int:
         ok = False
         try:
-            self.step("1. seed API (etcd + kube-apiserver)", self.start_seed)
-            self.step("2. systemd node (containerd + kubelet)", self.start_node)
-            self.step("3. extension reconciles Cluster + Extension", self.reconcile)
-            self.step("4. installer applies the rendered chart", self.install)
-            self.step("5. agent pushes the dynamic config", self.start_agent)
-            self.step("6. Guaranteed pod pinned through the relay", self.pinned_pod)
-            self.step("7. disable: uninstall roll, node restored", self.disable)
+            self.step("0. landscape up (real kubelets, GRM, KCM, scheduler, kube-proxy)", self.landscape)
+            with self.land.inside():
+                self.step("1. enable (gardenlet stand-in: Cluster + Extension)", self.enable)
+                self.step("2. DaemonSets roll out through kubelet", self.rollout)
+                self.step("3. installer pods repoint each node's kubelet", self.repointed)
+                self.step("4. Guaranteed pod pinned (host cgroup)", self.pinned)
+                self.step("5. changed default config changes the policy", self.config_change)
+                self.step("6+7. disable: uninstall roll", self.disable)
+                self.step("8. nodes restored, workloads Running", self.restored)
             ok = True
         except Exception:
             traceback.print_exc()
         finally:
             self.summary()
-            if not self.keep:
-                for stop in reversed(self.cleanup):
-                    try:
-                        stop()
-                    except Exception as exc:  # noqa: BLE001 - keep stopping the rest
-                        print(f"cleanup: {exc}", file=sys.stderr)
-                shutil.rmtree(self.workdir, ignore_errors=True)
+            if self.keep:
+                st = self.land.state()
+                print(f"\nkept running (network namespace {st['netns']}):\n"
+                      f"  ip netns exec {st['netns']} {self.tools.kubectl} --kubeconfig {st['shoot_kubeconfig']} "
+                      f"get pods -A -o wide\n  stop it: .venv/bin/python hacks/landscape.py --dir {st['workdir']} down",
+                      flush=True)
+            else:
+                left = self.land.down()
+                if left:
+                    ok = False
+                    print(f"demo: left behind: {left}", flush=True)
         print("demo: " + ("all steps passed" if ok else "FAILED (see above)"), flush=True)
         return 0 if ok else 1
 
 
+def _json(obj: dict) -> str:
+    import json
+
+    return json.dumps(obj)
+
+
 def main() -> int:
-    # The local seed API serves a self-signed certificate on loopback.
-    warnings.filterwarnings("ignore", message="Unverified HTTPS request")
     parser = argparse.ArgumentParser(prog="make demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--keep", action="store_true", help="leave everything running for inspection")
-    parser.add_argument("--executable", type=Path, metavar="PATH",
-                        help="the single-file cri-resmgr to install on the node (make demo builds "
-                             "_out/bin/cri-resmgr); default: a launcher into this checkout's venv")
+    parser.add_argument("--keep", action="store_true", help="leave the landscape running for kubectl")
+    parser.add_argument("--images-dir", type=Path, default=REPO / "_out" / "images",
+                        help="make build-images output (default %(default)s)")
     args = parser.parse_args()
-    if args.executable is not None and not os.access(args.executable, os.X_OK):
-        print(f"demo: {args.executable} is not an executable file; build it with `make build-exe`", file=sys.stderr)
-        return 2
     if os.geteuid() != 0:
-        print("demo: must run as root (containerd, systemd-nspawn)", file=sys.stderr)
+        print("demo: must run as root (network namespace, systemd-nspawn, cgroups)", file=sys.stderr)
         return 2
     try:
-        demo = Demo(Path(tempfile.mkdtemp(prefix="cri-resmgr-demo-", dir="/tmp")), args.keep,
-                    args.executable.resolve() if args.executable else None)
+        demo = Demo(Path(tempfile.mkdtemp(prefix="cri-resmgr-demo-", dir="/tmp")), args.keep, args.images_dir)
     except RuntimeError as exc:
         print(f"demo: {exc}; {SETUP_HINT}", file=sys.stderr)
         return 2

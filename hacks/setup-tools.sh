@@ -6,7 +6,9 @@
 #   bash hacks/setup-tools.sh STEP...    # only some steps (see STEPS below)
 #
 # Cache: ${CRI_RESMGR_DEV_CACHE:-~/.cache/cri-resmgr-dev}
-#   bin/{kube-apiserver,helm,kubectl,crictl,critest}
+#   bin/{kube-apiserver,kubelet,kube-controller-manager,kube-scheduler,kube-proxy}   k8s.io/kubernetes
+#   bin/gardener-resource-manager  github.com/gardener/gardener (same version as the CRDs)
+#   bin/{helm,kubectl,crictl,critest}
 #   gardener/crds/*.yaml          Extension, Cluster, ManagedResource CRDs
 #   rootfs/bookworm.tar.zst       Debian rootfs for systemd-nspawn nodes
 #   images/test-images.tar        busybox + pause image (docker-archive)
@@ -20,7 +22,10 @@ DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-}"
 APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-static debootstrap
               systemd-container zstd iproute2 unzip docker-registry skopeo buildah)
-STEPS=(preflight apt helm-kubectl kube-apiserver cri-tools gardener-crds rootfs images)
+# The landscape's shoot control plane and nodes; all built from one k8s.io/kubernetes module.
+K8S_COMPONENTS=(kubelet kube-controller-manager kube-scheduler kube-proxy)
+STEPS=(preflight apt helm-kubectl kube-apiserver kube-components cri-tools gardener-crds gardener-resource-manager
+       rootfs images)
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${CRI_RESMGR_DEV_CACHE:-$HOME/.cache/cri-resmgr-dev}"
@@ -97,12 +102,19 @@ EOF
   log "helm/kubectl: $("$BIN/helm" version --short), kubectl $("$BIN/kubectl" version --client -o json | python3 -c 'import json,sys;print(json.load(sys.stdin)["clientVersion"]["gitVersion"])')"
 }
 
-step_kube_apiserver() {
-  local mod="k8s.io/kubernetes@v$KUBERNETES_VERSION" key="k8s.io/kubernetes@v$KUBERNETES_VERSION ldflags-version"
-  if stamp_ok "$BIN/kube-apiserver" "$key"; then log "kube-apiserver: cached ($key)"; return; fi
-  local dir="$BUILD/kube-apiserver-$KUBERNETES_VERSION"
+# One throwaway module requiring k8s.io/kubernetes serves every Kubernetes binary we build;
+# its main.go imports each command's app package so that `go mod tidy` resolves all of them.
+k8s_module() {
+  local dir="$BUILD/kube-apiserver-$KUBERNETES_VERSION" mod="k8s.io/kubernetes@v$KUBERNETES_VERSION"
+  local main
+  main=$(printf 'package main\n\nimport (\n'
+         for c in kube-apiserver "${K8S_COMPONENTS[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s/app"\n' "$c"; done
+         printf ')\n\nfunc main() {}\n')
+  if [ -f "$dir/go.sum" ] && [ "$(cat "$dir/main.go" 2>/dev/null)" = "$main" ]; then
+    K8S_MODULE_DIR="$dir"; return
+  fi
   mkdir -p "$dir"
-  log "kube-apiserver: preparing a build module for $mod"
+  log "kubernetes: preparing a build module for $mod"
   local gomod
   gomod=$(cd "$dir" && with_registry "go mod download $mod" go mod download -json "$mod" \
           | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
@@ -121,17 +133,59 @@ step_kube_apiserver() {
       fi
     done
   } > "$dir/go.mod"
-  printf 'package main\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver/app"\n\nfunc main() {}\n' > "$dir/main.go"
+  printf '%s\n' "$main" > "$dir/main.go"
+  rm -f "$dir/go.sum"
   (cd "$dir" && with_registry "go mod tidy for $mod" go mod tidy >/dev/null 2>&1)
-  log "kube-apiserver: compiling (several minutes on 2 cores, once)"
+  K8S_MODULE_DIR="$dir"
+}
+
+# k8s_build NAME: build k8s.io/kubernetes/cmd/NAME into $BIN, with the version a release build reports.
+k8s_build() {
+  local name="$1" key="k8s.io/kubernetes@v$KUBERNETES_VERSION ldflags-version"
+  if stamp_ok "$BIN/$name" "$key"; then log "$name: cached ($key)"; return; fi
+  k8s_module
+  log "$name: compiling (minutes on 2 cores, once)"
   local vpkg=k8s.io/component-base/version minor="${KUBERNETES_VERSION#1.}"; minor="${minor%%.*}"
   local ldflags="-s -w -X $vpkg.gitVersion=v$KUBERNETES_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor"
   ldflags="$ldflags -X $vpkg.gitTreeState=clean -X $vpkg.buildDate=1970-01-01T00:00:00Z"
-  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN/kube-apiserver.new" k8s.io/kubernetes/cmd/kube-apiserver) \
-    || die "building kube-apiserver failed"
-  mv "$BIN/kube-apiserver.new" "$BIN/kube-apiserver"
-  stamp_set "$BIN/kube-apiserver" "$key"
-  log "kube-apiserver: $("$BIN/kube-apiserver" --version)"
+  (cd "$K8S_MODULE_DIR" && go build -trimpath -ldflags="$ldflags" -o "$BIN/$name.new" "k8s.io/kubernetes/cmd/$name") \
+    || die "building $name failed"
+  mv "$BIN/$name.new" "$BIN/$name"
+  stamp_set "$BIN/$name" "$key"
+  log "$name: $("$BIN/$name" --version)"
+}
+
+step_kube_apiserver() { k8s_build kube-apiserver; }
+
+step_kube_components() {
+  local c
+  for c in "${K8S_COMPONENTS[@]}"; do k8s_build "$c"; done
+}
+
+# `go install .../cmd/gardener-resource-manager@VERSION` is refused (the proxy will not list the
+# module's versions), so build an unchanged copy of its main.go in a module that requires gardener.
+step_gardener_resource_manager() {
+  local name=gardener-resource-manager key="github.com/gardener/gardener@$GARDENER_VERSION ldflags-version"
+  if stamp_ok "$BIN/$name" "$key"; then log "$name: cached ($key)"; return; fi
+  local dir="$BUILD/$name-$GARDENER_VERSION" src
+  mkdir -p "$dir"
+  log "$name: preparing a build module for github.com/gardener/gardener@$GARDENER_VERSION"
+  src=$(cd "$dir" && with_registry "go mod download gardener" go mod download -json "github.com/gardener/gardener@$GARDENER_VERSION" \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  printf 'module local/gardener-resource-manager-build\n\ngo 1.24.0\n\nrequire github.com/gardener/gardener %s\n' \
+    "$GARDENER_VERSION" > "$dir/go.mod"
+  install -m 0644 "$src/cmd/$name/main.go" "$dir/main.go"
+  rm -f "$dir/go.sum"
+  (cd "$dir" && with_registry "go mod tidy for gardener" go mod tidy >/dev/null 2>&1)
+  log "$name: compiling (minutes on 2 cores, once)"
+  local vpkg=k8s.io/component-base/version v="${GARDENER_VERSION#v}"
+  local ldflags="-s -w -X $vpkg.gitVersion=$GARDENER_VERSION -X $vpkg.gitMajor=${v%%.*}"
+  v="${v#*.}"; ldflags="$ldflags -X $vpkg.gitMinor=${v%%.*} -X $vpkg.gitTreeState=clean"
+  ldflags="$ldflags -X $vpkg.buildDate=1970-01-01T00:00:00Z"
+  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN/$name.new" .) || die "building $name failed"
+  mv "$BIN/$name.new" "$BIN/$name"
+  stamp_set "$BIN/$name" "$key"
+  log "$name: $("$BIN/$name" --version 2>&1 | head -1)"
 }
 
 step_cri_tools() {
@@ -255,6 +309,8 @@ run_step() {
     apt) step_apt ;;
     helm-kubectl) step_helm_kubectl ;;
     kube-apiserver) step_kube_apiserver ;;
+    kube-components) step_kube_components ;;
+    gardener-resource-manager) step_gardener_resource_manager ;;
     cri-tools) step_cri_tools ;;
     gardener-crds) step_gardener_crds ;;
     rootfs) step_rootfs ;;
