@@ -68,25 +68,31 @@ EXE ?= _out/bin/cri-resmgr
 build-exe: venv
 	bash hacks/build-executable.sh $(EXE)
 
-# Container images. build-images writes docker-archive tars without a container engine
-# (import with `ctr -n k8s.io images import`); push-images builds the Dockerfile's targets with
-# docker buildx and pushes them, so it needs a docker daemon.
+# Container images; no Docker daemon anywhere:
+#   build-images             daemonless docker-archive tars (hacks/build-images.py) in $(IMAGES_DIR)
+#   push-images              skopeo copy of the $(IMAGES_FROM) tars into the local registry on $(LOCAL_REGISTRY)
+#                            (started from _out/registry if nothing answers), which mirrors $(REGISTRY) for nodes;
+#                            PUSH_MIRROR= pushes to $(REGISTRY) itself instead (a real registry: `skopeo login` first)
+#   registry-start / registry-stop   the local registry alone (hacks/registry.py)
 REGISTRY ?= europe-docker.pkg.dev/gardener-project/public/gardener/extensions
 TAG ?= v0.1.0
 IMAGES_DIR ?= _out/images
-PLATFORMS ?= linux/amd64
+DOCKERFILE_IMAGES_DIR ?= _out/images-dockerfile
+IMAGES_FROM ?= daemonless
+LOCAL_REGISTRY ?= 127.0.0.1:5000
+PUSH_MIRROR ?= $(LOCAL_REGISTRY)
+PUSH_DIR = $(if $(filter dockerfile,$(IMAGES_FROM)),$(DOCKERFILE_IMAGES_DIR),$(IMAGES_DIR))
 
-.PHONY: build-images push-images
+.PHONY: build-images push-images registry-start registry-stop
 build-images: build-exe
 	python3 hacks/build-images.py --executable $(EXE) --output-dir $(IMAGES_DIR) --registry $(REGISTRY) --tag $(TAG)
 
-push-images:
-	@command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 || { \
-	  echo "push-images: needs docker with a running daemon (docker buildx builds the Dockerfile's targets)." >&2; \
-	  echo "  No daemon here: \`make build-images\` writes daemonless tars to $(IMAGES_DIR)/ instead;" >&2; \
-	  echo "  push those with a registry client, e.g. skopeo copy docker-archive:$(IMAGES_DIR)/extension.tar docker://…" >&2; \
-	  exit 1; }
-	docker buildx build --platform $(PLATFORMS) --target extension \
-	  -t $(REGISTRY)/gardener-extension-cri-resmgr:$(TAG) --push .
-	docker buildx build --platform $(PLATFORMS) --target installation \
-	  -t $(REGISTRY)/cri-resmgr-installer:$(TAG) -t $(REGISTRY)/cri-resmgr-agent:$(TAG) --push .
+push-images: $(if $(filter dockerfile,$(IMAGES_FROM)),build-dockerfile-images,build-images)
+	python3 hacks/registry.py push $(if $(PUSH_MIRROR),--address $(PUSH_MIRROR) --ensure-running,--no-mirror) \
+	  --registry $(REGISTRY) --tag $(TAG) $(PUSH_DIR)/extension.tar $(PUSH_DIR)/installation.tar
+
+registry-start:
+	python3 hacks/registry.py start --address $(LOCAL_REGISTRY)
+
+registry-stop:
+	python3 hacks/registry.py stop

@@ -25,10 +25,9 @@ import time
 from pathlib import Path
 
 from docker_archive import PATH_ENV, Image, Layer, write_docker_archive
+from shipped_images import add_name_options, image_names, report
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_REGISTRY = "europe-docker.pkg.dev/gardener-project/public/gardener/extensions"
-DEFAULT_TAG = "v0.1.0"
 EXE_DIR = "/opt/cri-resmgr/bin"
 PROGRAM_DIR = "/opt/cri-resmgr/lib"
 NODE_COMMANDS = ["cri-resmgr", "cri-resmgr-agent", "cri-resmgr-agent-probe", "cri-resmgr-installer"]
@@ -125,7 +124,7 @@ def build(args: argparse.Namespace) -> dict[str, list[str]]:
     if not os.path.isdir(os.path.join(args.charts, "internal")):
         raise SystemExit(f"build-images: {args.charts} does not look like the repository's charts/ directory")
     os.makedirs(args.output_dir, exist_ok=True)
-    reg, tag = args.registry.rstrip("/"), args.tag
+    names = image_names(args.registry, args.tag)
     by = "hacks/build-images.py"
 
     log("base layer (glibc, /tmp, users)")
@@ -135,14 +134,14 @@ def build(args: argparse.Namespace) -> dict[str, list[str]]:
 
     written: dict[str, list[str]] = {}
     log(f"installation image: nsenter from {args.nsenter}")
-    installation = Image([f"{reg}/cri-resmgr-installer:{tag}", f"{reg}/cri-resmgr-agent:{tag}"],
+    installation = Image(names["installation"],
                          [base, program, node_binary_layer(args.executable), nsenter_layer(args.nsenter)],
                          entrypoint=["/usr/local/bin/cri-resmgr-installer"], created_by=by)
     out = os.path.join(args.output_dir, "installation.tar")
     written[out] = write_docker_archive(out, [installation])
 
     log(f"extension image: helm from {args.helm}, charts from {args.charts}")
-    extension = Image([f"{reg}/gardener-extension-cri-resmgr:{tag}"],
+    extension = Image(names["extension"],
                       [base, program, extension_layer(args.helm, args.charts)],
                       entrypoint=[f"/usr/local/bin/{EXTENSION_COMMAND}"], user=f"{NONROOT}:{NONROOT}",
                       env=[PATH_ENV, "CRI_RESMGR_CHARTS_DIR=/charts", "HOME=/home/nonroot"], created_by=by)
@@ -163,13 +162,10 @@ def main() -> int:
     p.add_argument("--nsenter", default="/usr/bin/nsenter", help="nsenter binary (default: %(default)s)")
     p.add_argument("--output-dir", default=str(REPO / "_out" / "images"),
                    help="where the tars go (default: %(default)s)")
-    p.add_argument("--registry", default=DEFAULT_REGISTRY, help="image repository prefix (default: %(default)s)")
-    p.add_argument("--tag", default=DEFAULT_TAG, help="image tag (default: %(default)s)")
+    add_name_options(p)
     args = p.parse_args()
     t0 = time.monotonic()
-    for path, tags in build(args).items():
-        log(f"wrote {path} ({os.path.getsize(path) // (1 << 20)} MiB): {', '.join(tags)}")
-    log(f"done in {time.monotonic() - t0:.1f}s")
+    report("build-images", build(args), t0)
     return 0
 
 
