@@ -1,0 +1,180 @@
+"""The e2e scenarios, written once and run against either target (test/e2e/targets.py):
+
+* GardenerTarget: a real Gardener (GARDEN_KUBECONFIG), shoots created and deleted through the garden;
+* LandscapeTarget: the local landscape, with the gardenlet stand-in playing gardenlet's part.
+
+A scenario uses only the Target interface plus the node checks of shoot_ops, which work on any
+NodeRunner (a debug pod on a real shoot node, or nsenter into a landscape node).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from e2e.gardener import shoot_ops
+
+DEFAULT_CONFIG = "policy:\n  Active: topology-aware\n  ReservedResources:\n    CPU: 750m\n"
+# Landscape nodes share one network namespace, so the relay's metrics port would collide; the option
+# is harmless on a real shoot.
+EXTRA_OPTIONS = "--metrics-address=off"
+
+
+def provider_config(configs: dict[str, str] | None = None, worker_pools: list[str] | None = None) -> dict:
+    pc: dict = {"apiVersion": "cri-resmgr.extensions.gardener.cloud/v1alpha1", "kind": "CriResMgrConfig",
+                "configs": {"default": DEFAULT_CONFIG, "EXTRA_OPTIONS": EXTRA_OPTIONS, **(configs or {})}}
+    if worker_pools is not None:
+        pc["workerPools"] = worker_pools
+    return pc
+
+
+class Target(Protocol):
+    """Where a scenario runs: a shoot whose extension it can enable, disable and hibernate."""
+
+    timeout: float
+
+    def create(self) -> None: ...                       # the shoot exists, nodes Ready, extension off
+    def delete(self) -> None: ...                       # the shoot (and its machines) gone
+    def enable(self, provider_config: dict, wait: bool = True) -> None: ...  # and wait until reconciled
+    def disable(self, wait: bool = True) -> None: ...  # and wait until reconciled (the Extension gone)
+    def wait_reconciled(self) -> None: ...
+    def wait_gone(self) -> None: ...
+    def set_hibernation(self, enabled: bool) -> None: ...  # and wait until reconciled
+    def reconcile(self) -> None: ...                    # and wait until reconciled
+    def shoot(self) -> shoot_ops.Kube: ...
+    def pools(self) -> list[str]: ...
+    def runners(self, nodes: list[str]) -> list[shoot_ops.NodeRunner]: ...
+    def close_runners(self, runners: list[shoot_ops.NodeRunner]) -> None: ...
+    # Seed-side operations; a target without seed access raises NotImplementedError.
+    def set_base_configs(self, configs: dict[str, str]) -> None: ...
+    def kill_extension_pod(self) -> None: ...
+
+
+def assert_nodes(t: Target, installed: bool, pools: list[str] | None = None,
+                 configmap: dict[str, str] | None = None) -> None:
+    """Every node (of ``pools``) has cri-resmgr installed with kubelet on the relay and the agent
+    reporting its config applied, or removed with kubelet back on containerd.
+    ``configmap``: node name -> the ConfigMap the agent must report (default: cri-resmgr-config.default)."""
+    shoot = t.shoot()
+    nodes = shoot_ops.shoot_nodes(shoot, pools)
+    assert nodes, f"the shoot has no nodes (pools {pools})"
+    runners = t.runners(nodes)
+    try:
+        for node in runners:
+            check = shoot_ops.installed_check(node) if installed else shoot_ops.removed_check(node)
+            shoot_ops.wait_until("cri-resmgr installed" if installed else "cri-resmgr removed", check, 600, 2)
+            state = shoot_ops.node_state(node)
+            if installed:
+                assert state["active"] == "active" and state["status_rc"] == 0, state["status"]
+                assert state["kubelet_endpoint"] == shoot_ops.normalize_endpoint(shoot_ops.RELAY_ENDPOINT)
+                cm = (configmap or {}).get(node.node, "cri-resmgr-config.default")
+                shoot_ops.wait_until(f"agent applied {cm}",
+                                     lambda n=node.node, cm=cm: shoot_ops.agent_config_applied(
+                                         shoot.get_json("node", n), cm), 300, 2)
+            else:
+                assert not state["unit_installed"], state["status"]
+                assert state["kubelet_endpoint"] == shoot_ops.normalize_endpoint(shoot_ops.CONTAINERD_ENDPOINT)
+    finally:
+        t.close_runners(runners)
+
+
+# ----- the scenarios ----------------------------------------------------------------------------
+
+def create_enable_delete(t: Target) -> None:
+    t.create()
+    t.enable(provider_config())
+    assert_nodes(t, installed=True)
+    t.delete()
+
+
+def enable_disable(t: Target, reenable: bool) -> None:
+    t.create()
+    t.enable(provider_config())
+    assert_nodes(t, installed=True)
+    t.disable()
+    assert_nodes(t, installed=False)
+    if reenable:
+        t.enable(provider_config())
+        assert_nodes(t, installed=True)
+    t.delete()
+
+
+def hibernate_then_reconcile(t: Target) -> None:
+    t.create()
+    t.enable(provider_config())
+    assert_nodes(t, installed=True)
+    t.set_hibernation(True)
+    t.reconcile()  # a reconcile while hibernated succeeds (the extension deploys nothing then)
+    t.set_hibernation(False)
+    assert_nodes(t, installed=True)  # the woken-up nodes are new machines
+    t.reconcile()
+    assert_nodes(t, installed=True)
+    t.delete()
+
+
+def worker_pool_selection(t: Target) -> None:
+    """workerPools: the relay runs on the chosen pool only; the other pool is untouched."""
+    pools = t.pools()
+    assert len(pools) >= 2, f"needs two worker pools, the shoot has {pools}"
+    chosen, other = pools[:1], pools[1:]
+    t.create()
+    t.enable(provider_config(worker_pools=chosen))
+    assert_nodes(t, installed=True, pools=chosen)
+    assert_nodes(t, installed=False, pools=other)
+    t.disable()
+    assert_nodes(t, installed=False)
+    t.delete()
+
+
+def node_config(t: Target) -> None:
+    """A node.<NAME> config reaches that node only; the others keep the default."""
+    t.create()
+    nodes = shoot_ops.shoot_nodes(t.shoot())
+    target = nodes[0]
+    node_cfg = DEFAULT_CONFIG.replace("CPU: 750m", "CPU: 500m")
+    t.enable(provider_config({f"node.{target}": node_cfg}))
+    expected = {n: ("cri-resmgr-config.node." + n if n == target else "cri-resmgr-config.default") for n in nodes}
+    assert_nodes(t, installed=True, configmap=expected)
+    t.disable()
+    t.delete()
+
+
+def base_config_change(t: Target) -> None:
+    """A changed base config (the operator's, not the shoot's) reaches the nodes on the next reconcile."""
+    t.create()
+    t.set_base_configs({"default": DEFAULT_CONFIG})
+    pc = provider_config()
+    del pc["configs"]["default"]  # the base config provides it
+    t.enable(pc)
+    assert_nodes(t, installed=True)
+    shoot = t.shoot()
+    before = {n: shoot.get_json("node", n)["metadata"]["annotations"][shoot_ops.CONFIG_SOURCE]
+              for n in shoot_ops.shoot_nodes(shoot)}
+    changed = DEFAULT_CONFIG.replace("CPU: 750m", "CPU: 250m")
+    t.set_base_configs({"default": changed})
+    t.reconcile()
+    cm = shoot.get_json("configmap", "-n", "kube-system", "cri-resmgr-config.default")
+    assert "CPU: 250m" in "".join(cm.get("data", {}).values()), cm.get("data")
+    for n, old in before.items():
+        def pushed(n=n, old=old) -> tuple[bool, str]:
+            node = shoot.get_json("node", n)
+            ok, why = shoot_ops.agent_config_applied(node)
+            src = node["metadata"]["annotations"].get(shoot_ops.CONFIG_SOURCE)
+            return ok and src != old, why or f"{n}: still {src}"
+        shoot_ops.wait_until("the agent applied the changed base config", pushed, 300, 2)
+    t.disable()
+    t.set_base_configs({})
+    t.delete()
+
+
+def extension_pod_killed_during_rollout(t: Target) -> None:
+    """The extension's pod dies while the DaemonSets roll out; its replacement finishes the job."""
+    t.create()
+    t.enable(provider_config(), wait=False)
+    t.kill_extension_pod()
+    t.wait_reconciled()
+    assert_nodes(t, installed=True)
+    t.disable()
+    t.kill_extension_pod()  # and once more in the middle of the uninstall roll
+    t.wait_gone()
+    assert_nodes(t, installed=False)
+    t.delete()
