@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export CRI_RESMGR_DEV_CACHE ?= $(HOME)/.cache/cri-resmgr-dev
 
-.PHONY: setup venv tools demo test test-unit test-integration lint bench bench-relay bench-policy bench-install bench-extension clean
+.PHONY: setup venv tools demo test test-unit test-integration test-explore lint bench bench-relay bench-policy bench-install bench-extension clean
 
 setup: venv tools
 
@@ -22,9 +22,21 @@ $(VENV)/.installed: pyproject.toml
 tools:
 	bash hacks/setup-tools.sh
 
-# The main job: a local seed API plus a systemd node, enable -> pinned pod -> disable.
-demo: venv tools build-exe
-	$(PY) hacks/demo.py --executable $(EXE)
+# The main job: enable -> pinned pod -> config change -> disable on the local landscape
+# (real kubelets, real gardener-resource-manager; gardenlet played). DEMO_ARGS=--keep keeps it running.
+demo: venv tools build-images
+	$(PY) hacks/demo.py --images-dir $(IMAGES_DIR) $(DEMO_ARGS)
+
+# The landscape alone, left running for kubectl (hacks/landscape.py env prints how to reach it).
+.PHONY: landscape-up landscape-down bench-landscape
+landscape-up: venv tools build-images
+	$(PY) hacks/landscape.py up --keep --images-dir $(IMAGES_DIR)
+
+landscape-down: venv
+	$(PY) hacks/landscape.py down
+
+bench-landscape: venv tools
+	$(PY) -m pytest -s -p no:cacheprovider -o addopts="" test/bench/bench_landscape.py
 
 # pytest exits 5 when it collected nothing; a run that tests nothing is a failure.
 PYTEST = $(PY) -m pytest
@@ -40,6 +52,15 @@ test-unit: venv
 
 test-integration: venv
 	$(call run_pytest,test/integration)
+
+# Property tests with random seeds and EXPLORE_FACTOR (default 10) times the examples. CI runs
+# them derandomized (CI=true -> hypothesis profile "ci"); this is how new failures are found.
+# The whole run is reproducible with the seed it prints: make test-explore SEED=<n>.
+test-explore: venv
+	@seed=$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; \
+	echo "test-explore: hypothesis seed $$seed (reproduce: make test-explore SEED=$$seed)"; \
+	HYPOTHESIS_PROFILE=explore $(PYTEST) -m property -p no:cacheprovider --hypothesis-seed=$$seed $(EXPLORE_ARGS); \
+	rc=$$?; echo "test-explore: seed $$seed, exit $$rc"; if [ $$rc -eq 5 ]; then echo "no property tests collected" >&2; exit 1; fi; exit $$rc
 
 lint: venv
 	$(VENV)/bin/ruff check .
