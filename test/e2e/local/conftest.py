@@ -3,29 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fixtures.landscape import Images, Landscape
+from fixtures.landscape import Images, Landscape, build_images
 from fixtures.tools import Tools
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-def build_images(out: Path) -> Path:
-    """The single-file executable and both images under the chart's default names (images.yaml), so the
-    extension's image vector points at what the nodes have. Both builds are cached by content hash."""
-    exe = REPO / "_out" / "bin" / "cri-resmgr"
-    r = subprocess.run(["bash", str(REPO / "hacks" / "build-executable.sh"), str(exe)],
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, f"build-executable.sh failed:\n{r.stdout}\n{r.stderr}"
-    r = subprocess.run(["python3", str(REPO / "hacks" / "build-images.py"), "--executable", str(exe),
-                        "--output-dir", str(out)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"build-images.py failed:\n{r.stdout}\n{r.stderr}"
-    return out
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,79 @@
+"""Benchmark: the local landscape (`make bench-landscape`).
+
+Measures, on one landscape (2 shoot nodes in two pools, real kubelets, real gardener-resource-manager,
+the extension as its Deployment; gardenlet's part played by the stand-in):
+
+  startup_s               landscape up: etcd, both API servers, KCM, scheduler, kube-proxy, GRM,
+                          3 nodes Ready, the extension Deployment available
+  enable_to_relay_s       Extension created -> every shoot node's running kubelet on the relay
+  disable_to_restored_s   Extension deleted -> every node's kubelet back on containerd, unit removed
+  rss_mb_<component>      resident memory of each component while enabled (a node: everything in it)
+
+The LAST line printed is the summary:
+
+    landscape: startup_s=<x> enable_to_relay_s=<y> disable_to_restored_s=<z> rss_mb_<component>=<mb> ...
+
+Target (DESIGN, reported, not asserted): enable -> every node on the relay <= 60 s for 2 nodes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from e2e import scenarios
+from e2e.gardener import shoot_ops
+from fixtures.landscape import Images, Landscape, build_images
+from fixtures.landscape.node_checks import NodeRunner
+
+pytestmark = pytest.mark.bench
+TARGET_ENABLE_S = 60.0
+
+
+def _all(runners, check, what: str) -> None:
+    for r in runners:
+        shoot_ops.wait_until(f"{r.node}: {what}", check(r), 600, 0.5)
+
+
+def test_bench_landscape(tools, tmp_path):
+    if os.geteuid() != 0:
+        pytest.fail("the landscape needs root", pytrace=False)
+    images = Images.from_dir(tools, build_images(tmp_path / "images"))
+    land = Landscape(tools, Path(tempfile.mkdtemp(prefix="landscape-bench-", dir="/tmp")), images)
+    try:
+        land.up()
+        with land.inside():
+            runners = [NodeRunner(n) for n in land.shoot_nodes]
+            g = land.gardenlet()
+            g.write_cluster()
+            t0 = time.monotonic()
+            g.reconcile(scenarios.provider_config())
+            _all(runners, shoot_ops.installed_check, "on the relay")
+            enable_s = time.monotonic() - t0
+            g.wait_ready(300)
+            rss = land.rss_mb()
+            t0 = time.monotonic()
+            g.delete_extension()
+            _all(runners, shoot_ops.removed_check, "restored")
+            disable_s = time.monotonic() - t0
+            g.wait_gone(600)
+    finally:
+        left = land.down()
+    assert not left, f"the landscape left things behind: {left}"
+    print(f"\n  versions: {land.versions()}")
+    print("  start-up phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in land.timings.items()))
+    print(f"  target enable -> relay <= {TARGET_ENABLE_S:g}s: "
+          f"{'met' if enable_s <= TARGET_ENABLE_S else 'NOT met'} ({enable_s:.1f}s)")
+    line = (f"landscape: startup_s={land.timings['startup']:.1f} enable_to_relay_s={enable_s:.1f} "
+            f"disable_to_restored_s={disable_s:.1f} "
+            + " ".join(f"rss_mb_{_key(k)}={v:.0f}" for k, v in rss.items()))
+    print(line, flush=True)
+    atexit.register(print, line, flush=True)
+
+
+def _key(name: str) -> str:
+    return name.replace("-", "_").replace(".", "_")
