@@ -1,8 +1,14 @@
-"""A real docker-registry on loopback (hacks/registry.py) and a private containerd that pulls through it."""
+"""A real docker-registry on loopback (hacks/registry.py) and a private containerd that pulls through it.
+
+Each test module runs inside a network namespace of its own that has nothing but loopback: whatever the
+registry configuration does, no pull can reach beyond this machine (a broken mirror setup shows up as a
+failed lookup or an unreachable network, never as traffic to an upstream registry).
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -12,6 +18,7 @@ from types import ModuleType
 
 import pytest
 from fixtures.containerd import Containerd
+from fixtures.landscape.netns import NetNS
 from fixtures.procs import free_port
 from fixtures.tools import Tools
 
@@ -25,6 +32,18 @@ def load_hack(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loopback_only_network() -> Iterator[NetNS]:
+    """The module's tests, and every process they start, in a fresh network namespace with only ``lo``."""
+    netns = NetNS(f"crl-reg-{secrets.token_hex(4)}")
+    netns.create([])
+    try:
+        with netns.entered():
+            yield netns
+    finally:
+        netns.delete()
 
 
 @pytest.fixture(scope="session")

@@ -168,6 +168,16 @@ def test_miss_fails_on_loopback(registry, pulling_containerd, ref: str, namespac
     assert f"/v2/{path}/manifests/1?ns={namespace}" in registry_log(registry)
 
 
+def test_registry_and_containerd_run_in_the_private_network(registry, pulling_containerd,
+                                                           loopback_only_network) -> None:
+    # The conftest's loopback-only namespace: a pull cannot leave the machine even if the mirror setup broke.
+    own = os.readlink("/proc/thread-self/ns/net")
+    assert own == f"net:[{os.stat(loopback_only_network.path).st_ino}]"
+    assert loopback_only_network.links() == ["lo"]
+    assert os.readlink(f"/proc/{registry.pid}/ns/net") == own
+    assert os.readlink(f"/proc/{pulling_containerd.proc.pid}/ns/net") == own
+
+
 def test_registry_files_stay_in_workdir(registry) -> None:
     assert (registry.workdir / "registry.pid").is_file()
     assert os.path.commonpath([registry.storage, registry.workdir]) == str(registry.workdir)
