@@ -151,7 +151,9 @@ class ResourceManager:
         self.forced = force_config is not None
         self._lock = threading.RLock()
         self._pending: str | None = None
-        self._resized = False  # a resize waits for the runtime's answer before it is saved
+        # A resize waits for the runtime's answer: (container id, its info and the policy state
+        # before the resize), to roll back to exactly that if the runtime refuses it.
+        self._resize_undo: tuple[str, ContainerInfo, dict[str, Any]] | None = None
         self._seq = count()
         data = self.cache.load()
         if data.config is not None:
@@ -332,7 +334,7 @@ class ResourceManager:
     # -- hook protocol --------------------------------------------------------------------------
     def before(self, method: str, request: Message) -> HookResult:
         with self._lock:
-            updates = self._drop_failed_create()
+            updates = self._settle_previous_call()
             if method == "CreateContainer":
                 return self._before_create(request, updates)
             if method == "UpdateContainerResources":
@@ -349,8 +351,8 @@ class ResourceManager:
                 return []
             if method == "CreateContainer":
                 return self._after_create(request, response)
-            if method == "UpdateContainerResources" and self._resized:
-                self._resized = False
+            if method == "UpdateContainerResources" and self._resize_undo is not None:
+                self._resize_undo = None
                 self.save()
                 return []
             if method == "StopContainer":
@@ -408,6 +410,24 @@ class ResourceManager:
         self.save()
         return []
 
+    def _settle_previous_call(self) -> list[ContainerUpdate]:
+        """Calls are serialized, so a create or resize whose answer never came has failed."""
+        return self._undo_refused_resize() + self._drop_failed_create()
+
+    def _undo_refused_resize(self) -> list[ContainerUpdate]:
+        undo, self._resize_undo = self._resize_undo, None
+        if undo is None:
+            return []
+        cid, container, state = undo
+        log.warning("UpdateContainerResources of %s did not succeed; undoing its resize", cid)
+        before = self.policy.placements()
+        live = dict(self.policy.containers)
+        live[cid] = self.containers[cid] = container
+        # Restoring the exported state (not release + allocate) gives back exactly the CPUs every
+        # container had, so the runtime, which kept them, and the cache agree with the policy again.
+        self.policy.restore_state(state, live)
+        return diff_placements(before, self.policy.placements(), reason=f"resize of {cid} refused")
+
     def _drop_failed_create(self) -> list[ContainerUpdate]:
         key, self._pending = self._pending, None
         if key is None:
@@ -415,6 +435,9 @@ class ResourceManager:
         log.warning("CreateContainer did not succeed; releasing its allocation")
         old = self.policy.group_state()
         self.policy.release(key)
+        # Releasing need not undo the decision exactly (a balloon shrinks by other CPUs than it
+        # grew by), so the cache must learn the new state, or a restart restores the old one.
+        self.save()
         return diff_groups(self.policy, old, reason="failed create released")
 
     def _resize(self, request: Message) -> list[ContainerUpdate]:
@@ -430,11 +453,11 @@ class ResourceManager:
             return []
         resized = dataclasses.replace(container, request_milli=resources[0], limit_milli=resources[1],
                                       memory_limit=resources[2])
+        self._resize_undo = (cid, container, self.policy.export_state())
         old = self.policy.group_state()
         self.policy.release(cid)
         self.policy.allocate(cid, resized)
         self.containers[cid] = resized
-        self._resized = True
         log.info("container %s resized to request=%dm limit=%dm memory=%d", cid, *resources)
         return diff_groups(self.policy, old, skip=cid, reason=f"container {cid} resized")
 

@@ -82,9 +82,12 @@ class Driver:
         self.runtime.apply(self.rm.after("CreateContainer", sent, resp))
         return cid
 
-    def call(self, method: str, request: Any, response: Any) -> None:
+    def call(self, method: str, request: Any, response: Any, *, fail: bool = False) -> None:
+        """One relayed call; with ``fail`` the runtime refuses it, so ``after`` never comes."""
         result = self.rm.before(method, request)
         self.runtime.apply(result.updates)
+        if fail:
+            return
         if method == "UpdateContainerResources":
             sent = result.request or request
             cid = sent.container_id
@@ -111,7 +114,8 @@ class Driver:
         self.call("RemovePodSandbox", api_pb2.RemovePodSandboxRequest(pod_sandbox_id=pod_id),
                   api_pb2.RemovePodSandboxResponse())
 
-    def kubelet_update(self, cid: str, cpus: str = "", *, milli: int | None = None, guaranteed: bool = False) -> None:
+    def kubelet_update(self, cid: str, cpus: str = "", *, milli: int | None = None, guaranteed: bool = False,
+                       fail: bool = False) -> None:
         """UpdateContainerResources as kubelet sends it: a cpuset, and/or new CPU resources (resize)."""
         linux = api_pb2.LinuxContainerResources(cpuset_cpus=cpus)
         if milli is not None:
@@ -120,7 +124,7 @@ class Driver:
                 linux.cpu_period, linux.cpu_quota = 100_000, milli * 100
                 linux.memory_limit_in_bytes = 1 << 30
         req = api_pb2.UpdateContainerResourcesRequest(container_id=cid, linux=linux)
-        self.call("UpdateContainerResources", req, api_pb2.UpdateContainerResourcesResponse())
+        self.call("UpdateContainerResources", req, api_pb2.UpdateContainerResourcesResponse(), fail=fail)
 
     def settle(self) -> None:
         """Let the resource manager notice a failed CreateContainer, as the next relayed call does."""
