@@ -2,15 +2,54 @@
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fixtures import hypothesis_profiles
 from fixtures.containerd import Containerd
 from fixtures.seed_api import SeedAPI
 from fixtures.systemd_node import SystemdNode, extract_rootfs
 from fixtures.tools import Tools, find_tools
+
+HYPOTHESIS_PROFILE = hypothesis_profiles.register()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"hypothesis profile: {HYPOTHESIS_PROFILE} (CI=true: ci; HYPOTHESIS_PROFILE overrides)"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # `make test-explore` selects property tests by this marker; @given tests get it implicitly.
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Undo what a program's setup_logging (called in-process by a test) did to the root logger.
+
+    Left in place, its handler keeps writing to the test's captured stderr after pytest closes
+    it, and every later log line in the session becomes a "Logging error" traceback.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {name: lg.level for name, lg in logging.root.manager.loggerDict.items()
+              if isinstance(lg, logging.Logger)}
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    for h in handlers:
+        if h not in root.handlers:
+            root.addHandler(h)
+    root.setLevel(level)
+    for name, lg in list(logging.root.manager.loggerDict.items()):
+        if isinstance(lg, logging.Logger) and name in levels:
+            lg.setLevel(levels[name])
 
 
 @pytest.fixture(scope="session")

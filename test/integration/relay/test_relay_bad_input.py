@@ -10,6 +10,7 @@ import grpc
 import pytest
 from cri_api.v1 import api_pb2, api_pb2_grpc
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
+from fixtures.hypothesis_profiles import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from integration.relay.relay_process import SocketPump
@@ -182,7 +183,7 @@ def test_runtime_down_gives_clear_unavailable_and_recovers(containerd, inproc_re
         pump.stop()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(method=st.sampled_from(INTERCEPTED_METHODS), payload=st.binary(max_size=64))
 def test_fuzz_intercepted_methods_against_real_runtime(containerd, relay_ep, method, payload):
     _, ep = relay_ep
@@ -192,7 +193,7 @@ def test_fuzz_intercepted_methods_against_real_runtime(containerd, relay_ep, met
     assert version_ok(ep)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(junk=st.binary(min_size=1, max_size=512), with_preface=st.booleans())
 def test_garbage_on_the_socket_does_not_hurt_the_relay(relay_ep, junk, with_preface):
     relay, ep = relay_ep

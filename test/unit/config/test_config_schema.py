@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fixtures.hypothesis_profiles import examples
 from fixtures.seed_configs import SEED_BALLOONS, SEED_FALLBACK, SEED_TOPOLOGY_AWARE, UPSTREAM_BALLOONS
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -145,7 +146,7 @@ def test_cpu_constraints(value: object, kind: str, expect: object) -> None:
     assert {"cpuset": c.cpus, "quantity": c.milli, "cgroup": c.cgroup}[kind] == expect
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(max_size=200))
 def test_arbitrary_text_never_crashes(text: str) -> None:
     try:

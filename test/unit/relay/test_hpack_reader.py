@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hpack
 import pytest
+from fixtures.hypothesis_profiles import examples
 from hpack import NeverIndexedHeaderTuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,7 +28,7 @@ def encode(encoder: hpack.Encoder, headers: list[tuple[bytes, bytes, bool]], huf
     return encoder.encode(fields, huffman=huffman)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(step, min_size=1, max_size=25))
 def test_same_headers_and_table_as_hpack(steps: list) -> None:
     encoder, reference, reader = hpack.Encoder(), hpack.Decoder(), HeaderReader()

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 from cri_api.v1 import api_pb2
+from fixtures.hypothesis_profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -165,7 +166,7 @@ def test_calls_are_serialized_under_one_lock():
     assert overlaps[0] == 1
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(method=st.sampled_from(INTERCEPTED_METHODS), raw=st.binary(max_size=256),
        response=st.binary(max_size=64), behaviour=st.sampled_from(["noop", "before", "after", "bad-type",
                                                                    "bad-result", "bad-updates", "pin"]))
