@@ -91,6 +91,8 @@ build-exe: venv
 
 # Container images; no Docker daemon anywhere:
 #   build-images             daemonless docker-archive tars (hacks/build-images.py) in $(IMAGES_DIR)
+#   build-dockerfile-images  the Dockerfile's two targets built with buildah (hacks/build-dockerfile-images.py)
+#                            as docker-archive tars in $(DOCKERFILE_IMAGES_DIR); cached by content hash
 #   push-images              skopeo copy of the $(IMAGES_FROM) tars into the local registry on $(LOCAL_REGISTRY)
 #                            (started from _out/registry if nothing answers), which mirrors $(REGISTRY) for nodes;
 #                            PUSH_MIRROR= pushes to $(REGISTRY) itself instead (a real registry: `skopeo login` first)
@@ -99,14 +101,18 @@ REGISTRY ?= europe-docker.pkg.dev/gardener-project/public/gardener/extensions
 TAG ?= v0.1.0
 IMAGES_DIR ?= _out/images
 DOCKERFILE_IMAGES_DIR ?= _out/images-dockerfile
-IMAGES_FROM ?= daemonless
+IMAGES_FROM ?= dockerfile
 LOCAL_REGISTRY ?= 127.0.0.1:5000
 PUSH_MIRROR ?= $(LOCAL_REGISTRY)
 PUSH_DIR = $(if $(filter dockerfile,$(IMAGES_FROM)),$(DOCKERFILE_IMAGES_DIR),$(IMAGES_DIR))
 
-.PHONY: build-images push-images registry-start registry-stop
+.PHONY: build-images build-dockerfile-images push-images registry-start registry-stop
 build-images: build-exe
 	python3 hacks/build-images.py --executable $(EXE) --output-dir $(IMAGES_DIR) --registry $(REGISTRY) --tag $(TAG)
+
+# Base images come from the rootfs `make setup` debootstraps, helm from its cache.
+build-dockerfile-images: tools
+	python3 hacks/build-dockerfile-images.py --output-dir $(DOCKERFILE_IMAGES_DIR) --registry $(REGISTRY) --tag $(TAG)
 
 push-images: $(if $(filter dockerfile,$(IMAGES_FROM)),build-dockerfile-images,build-images)
 	python3 hacks/registry.py push $(if $(PUSH_MIRROR),--address $(PUSH_MIRROR) --ensure-running,--no-mirror) \

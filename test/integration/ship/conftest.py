@@ -1,4 +1,5 @@
-"""Shipping artefacts for the ship tests: the single-file executable, built once per session (cached by source hash)."""
+"""Shipping artefacts for the ship tests: the single-file executable and both kinds of images, built once per
+session (each cached by content hash, so a warm run takes seconds)."""
 
 from __future__ import annotations
 
@@ -29,4 +30,15 @@ def shipped_images(executable: Path, tmp_path_factory: pytest.TempPathFactory) -
                         "--output-dir", str(out), "--registry", "registry.test/cri-resmgr", "--tag", "ship-test"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"build-images.py failed:\n{r.stdout}\n{r.stderr}"
+    return {"extension": out / "extension.tar", "installation": out / "installation.tar"}
+
+
+@pytest.fixture(scope="session")
+def dockerfile_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The Dockerfile's targets built with buildah (hacks/build-dockerfile-images.py): minutes cold, seconds warm."""
+    out = tmp_path_factory.mktemp("dockerfile-images")
+    r = subprocess.run(["python3", str(REPO / "hacks" / "build-dockerfile-images.py"), "--output-dir", str(out),
+                        "--registry", "registry.test/dockerfile", "--tag", "ship-test"],
+                       capture_output=True, text=True, timeout=2400)
+    assert r.returncode == 0, f"build-dockerfile-images.py failed:\n{r.stdout}\n{r.stderr[-6000:]}"
     return {"extension": out / "extension.tar", "installation": out / "installation.tar"}

@@ -1,19 +1,37 @@
-"""The daemonless images import into containerd and their entrypoints run as containers."""
+"""Both kinds of shipped images import into containerd and keep the contract the charts rely on.
+
+Each test runs once on the daemonless images (hacks/build-images.py) and once on the Dockerfile's targets
+built with buildah (hacks/build-dockerfile-images.py): entrypoints run as containers, the extension runs
+as uid 65532 with helm on PATH and the charts at /charts, the installation image has the node executable
+at /opt/cri-resmgr/bin/cri-resmgr and nsenter, and the agent runs with a read-only root.
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
 
-pytestmark = pytest.mark.integration
+# A cold Dockerfile build (pip, PyInstaller inside buildah) takes minutes; it happens in the first test's setup.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2700)]
 
-EXTENSION = "registry.test/cri-resmgr/gardener-extension-cri-resmgr:ship-test"
-INSTALLER = "registry.test/cri-resmgr/cri-resmgr-installer:ship-test"
-AGENT = "registry.test/cri-resmgr/cri-resmgr-agent:ship-test"
+
+@dataclass(frozen=True)
+class ImageSet:
+    extension: str
+    installer: str
+    agent: str
+
+
+IMAGE_SETS = {
+    # names given by the fixtures that build them (test/integration/ship/conftest.py)
+    "daemonless": ("shipped_images", "registry.test/cri-resmgr"),
+    "dockerfile": ("dockerfile_images", "registry.test/dockerfile"),
+}
 
 
 def run_to_exit(containerd, tmp_path: Path, name: str, image: str, *, args: list[str],
@@ -45,17 +63,23 @@ def run_to_exit(containerd, tmp_path: Path, name: str, image: str, *, args: list
         containerd.crictl("rmp", "-f", pod_id, check=False)
 
 
-@pytest.fixture(scope="module")
-def imported(containerd, shipped_images: dict[str, Path]) -> None:
-    for tar in shipped_images.values():
+@pytest.fixture(scope="module", params=sorted(IMAGE_SETS))
+def images(request: pytest.FixtureRequest, containerd) -> ImageSet:
+    """One image set, imported into the session's containerd."""
+    fixture, prefix = IMAGE_SETS[request.param]
+    tars: dict[str, Path] = request.getfixturevalue(fixture)
+    for tar in tars.values():
         containerd.import_images(tar)
-    images = json.loads(containerd.crictl("images", "-o", "json").stdout)["images"]
-    tags = {t for img in images for t in img["repoTags"]}
-    assert {EXTENSION, INSTALLER, AGENT} <= tags, tags
+    names = ImageSet(f"{prefix}/gardener-extension-cri-resmgr:ship-test", f"{prefix}/cri-resmgr-installer:ship-test",
+                     f"{prefix}/cri-resmgr-agent:ship-test")
+    listed = json.loads(containerd.crictl("images", "-o", "json").stdout)["images"]
+    tags = {t for img in listed for t in img["repoTags"]}
+    assert {names.extension, names.installer, names.agent} <= tags, tags
+    return names
 
 
-def test_extension_image_entrypoint(containerd, imported, tmp_path: Path) -> None:
-    code, out, info = run_to_exit(containerd, tmp_path, "ext-help", EXTENSION, args=["--help"])
+def test_extension_image_entrypoint(containerd, images: ImageSet, tmp_path: Path) -> None:
+    code, out, info = run_to_exit(containerd, tmp_path, "ext-help", images.extension, args=["--help"])
     assert code == 0, out
     assert "usage: gardener-extension-cri-resmgr" in out and "--charts-dir" in out
     # The charts are where the image's environment says (helm test below), and the process runs as nonroot.
@@ -64,15 +88,24 @@ def test_extension_image_entrypoint(containerd, imported, tmp_path: Path) -> Non
     assert "CRI_RESMGR_CHARTS_DIR=/charts" in spec["process"]["env"]
 
 
-def test_extension_image_has_helm_and_charts(containerd, imported, tmp_path: Path) -> None:
-    code, out, _ = run_to_exit(containerd, tmp_path, "ext-helm", EXTENSION, command=["helm"],
+def test_extension_runs_as_nonroot_with_read_only_root(containerd, images: ImageSet, tmp_path: Path) -> None:
+    # The chart's Deployment: runAsNonRoot, uid 65532, readOnlyRootFilesystem.
+    code, out, info = run_to_exit(containerd, tmp_path, "ext-ro", images.extension, args=["--help"],
+                                  readonly_rootfs=True)
+    assert info["info"]["runtimeSpec"]["root"]["readonly"] is True
+    assert code == 0, out
+    assert "usage: gardener-extension-cri-resmgr" in out
+
+
+def test_extension_image_has_helm_and_charts(containerd, images: ImageSet, tmp_path: Path) -> None:
+    code, out, _ = run_to_exit(containerd, tmp_path, "ext-helm", images.extension, command=["helm"],
                                args=["show", "chart", "/charts/internal/cri-resmgr-installation"])
     assert code == 0, out
     assert "name: cri-resmgr-installation" in out
 
 
-def test_installation_image_entrypoint(containerd, imported, tmp_path: Path) -> None:
-    code, out, _ = run_to_exit(containerd, tmp_path, "inst-help", INSTALLER, args=["--help"])
+def test_installation_image_entrypoint(containerd, images: ImageSet, tmp_path: Path) -> None:
+    code, out, _ = run_to_exit(containerd, tmp_path, "inst-help", images.installer, args=["--help"])
     assert code == 0, out
     assert "usage: cri-resmgr-installer" in out and "--host-root" in out
 
@@ -83,25 +116,26 @@ def test_installation_image_entrypoint(containerd, imported, tmp_path: Path) -> 
     (["/opt/cri-resmgr/bin/cri-resmgr", "--list-policies"], "topology-aware"),
     (["nsenter", "--version"], "nsenter from util-linux"),
 ])
-def test_installation_image_commands(containerd, imported, tmp_path: Path, command: list[str], expect: str) -> None:
+def test_installation_image_commands(containerd, images: ImageSet, tmp_path: Path, command: list[str],
+                                     expect: str) -> None:
     # The chart runs the agent from the same image under its own command; the installer needs nsenter.
-    code, out, _ = run_to_exit(containerd, tmp_path, "inst-cmd", AGENT, command=command[:1], args=command[1:])
+    code, out, _ = run_to_exit(containerd, tmp_path, "inst-cmd", images.agent, command=command[:1], args=command[1:])
     assert code == 0, out
     assert expect in out
 
 
-def test_agent_runs_with_read_only_root(containerd, imported, tmp_path: Path) -> None:
+def test_agent_runs_with_read_only_root(containerd, images: ImageSet, tmp_path: Path) -> None:
     # The chart runs the agent with readOnlyRootFilesystem: the image's program must not need to unpack itself.
-    code, out, info = run_to_exit(containerd, tmp_path, "agent-ro", AGENT, command=["cri-resmgr-agent-probe"],
+    code, out, info = run_to_exit(containerd, tmp_path, "agent-ro", images.agent, command=["cri-resmgr-agent-probe"],
                                   args=["--help"], readonly_rootfs=True)
     assert info["info"]["runtimeSpec"]["root"]["readonly"] is True
     assert code == 0, out
     assert "usage: cri-resmgr-agent-probe" in out
 
 
-def test_installation_image_ships_the_node_binary(containerd, imported, tmp_path: Path) -> None:
+def test_installation_image_ships_the_node_binary(containerd, images: ImageSet, tmp_path: Path) -> None:
     # The installer's --binary default: the one-file executable (it unpacks itself into the container's /tmp).
-    code, out, _ = run_to_exit(containerd, tmp_path, "node-bin", INSTALLER, command=["/opt/cri-resmgr/bin/cri-resmgr"],
-                               args=["--version"])
+    code, out, _ = run_to_exit(containerd, tmp_path, "node-bin", images.installer,
+                               command=["/opt/cri-resmgr/bin/cri-resmgr"], args=["--version"])
     assert code == 0, out
     assert out.startswith("cri-resmgr ")
