@@ -86,3 +86,14 @@ def pulling_containerd(tools: Tools, certs_dir: Path) -> Iterator[Containerd]:
         yield ctrd
     finally:
         ctrd.stop()
+
+
+@pytest.fixture(scope="session")
+def dockerfile_image_tars(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The Dockerfile-built images under their default names, those of charts/images.yaml (cached: warm in
+    seconds, a cold build takes minutes)."""
+    out = tmp_path_factory.mktemp("dockerfile-images")
+    r = subprocess.run([sys.executable, str(REPO / "hacks" / "build-dockerfile-images.py"), "--output-dir", str(out)],
+                       capture_output=True, text=True, timeout=2400)
+    assert r.returncode == 0, f"build-dockerfile-images.py failed:\n{r.stderr[-6000:]}"
+    return [out / "extension.tar", out / "installation.tar"]

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from fixtures.procs import free_port
 
 pytestmark = pytest.mark.integration
@@ -166,6 +167,22 @@ def test_miss_fails_on_loopback(registry, pulling_containerd, ref: str, namespac
     # No DNS lookup or dial to the upstream: the loopback registry answered the miss.
     assert "dial tcp" not in r.stderr and "lookup" not in r.stderr, r.stderr
     assert f"/v2/{path}/manifests/1?ns={namespace}" in registry_log(registry)
+
+
+@pytest.mark.timeout(2700)  # a cold Dockerfile build in the fixture takes minutes
+def test_image_vector_names_pull_on_a_node(registry_mod, registry, pulling_containerd,
+                                           dockerfile_image_tars: list[Path]) -> None:
+    # What `make push-images` does, then what a node's kubelet asks for: the image vector's names.
+    pushed = [p for tar in dockerfile_image_tars for p in registry_mod.push(tar, registry.address)]
+    vector = yaml.safe_load((REPO / "charts" / "images.yaml").read_text())["images"]
+    refs = [f"{img['repository']}:{img['tag']}" for img in vector]
+    assert set(refs) <= {p.name for p in pushed}, (refs, pushed)
+    digests = registry_mod.verify(registry.address, refs)
+    for ref in refs:
+        pulling_containerd.crictl("pull", ref, timeout=300)
+        info = json.loads(pulling_containerd.crictl("inspecti", "-o", "json", ref).stdout)
+        assert ref in info["status"]["repoTags"]
+        assert any(d.endswith(digests[ref]) for d in info["status"]["repoDigests"]), (info["status"], digests[ref])
 
 
 def test_registry_and_containerd_run_in_the_private_network(registry, pulling_containerd,
