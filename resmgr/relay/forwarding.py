@@ -12,14 +12,12 @@ from collections.abc import Iterator
 
 import grpc
 
-from resmgr.relay.methods import IMAGE_SERVICE, split_path
+from resmgr.relay.methods import IMAGE_SERVICE, MAX_MESSAGE_BYTES, split_path
 from resmgr.sockets import endpoint_path, endpoint_target
 
 log = logging.getLogger(__name__)
 
 # Kubelet sends and accepts CRI messages up to 16 MiB (ListContainers on busy nodes).
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-
 CHANNEL_OPTIONS: tuple[tuple[str, object], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -14,6 +14,9 @@ from google.protobuf.message_factory import GetMessageClass
 
 from resmgr.cri import api_pb2
 
+# The largest gRPC message containerd and kubelet accept (16 MiB); the relay passes any message up to it.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
 RUNTIME_SERVICE = "runtime.v1.RuntimeService"
 IMAGE_SERVICE = "runtime.v1.ImageService"
 

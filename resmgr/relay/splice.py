@@ -11,10 +11,15 @@ to learn each stream's method and final grpc-status, for metrics and dumping.
 
 Intercepted methods are the exception: the request's DATA frames are held back until the
 message is complete, handed to the Interceptor in a worker thread (one lock for all), and
-the possibly rewritten message is sent on as new DATA frames. Upstream's connection-level
-WINDOW_UPDATEs are corrected by the size difference so both ends keep agreeing on the
-flow-control window. The response is forwarded to the client as it arrives, and read
-along for the hook's ``after``.
+the possibly rewritten message is sent on as new DATA frames. The runtime only returns
+flow-control credit for bytes it receives, so while the relay holds a message it returns the
+credit to the client itself (connection and stream WINDOW_UPDATE); otherwise a request larger
+than the window (64 KiB) would wait forever, and with it every call on kubelet's one shared
+connection. The runtime's later connection-level credit for those bytes is owed (window debt)
+and taken out of its WINDOW_UPDATEs, so both ends keep agreeing on the window. At most one
+message of at most ``MAX_MESSAGE_BYTES`` is held per stream: a larger one is not intercepted
+and the runtime answers it as it would without the relay. The response is forwarded to the
+client as it arrives, and read along for the hook's ``after``.
 
 Measured on a 2-core machine, a Python gRPC server+client proxy costs ~0.5 ms of CPU per
 call; copying frames costs a few tens of microseconds. That difference is why this exists.
@@ -37,7 +42,7 @@ from resmgr.dump import Dumper
 from resmgr.metrics import RelayMetrics
 from resmgr.relay.hpack_reader import HeaderReader
 from resmgr.relay.interception import Interceptor
-from resmgr.relay.methods import CriMethod, cri_methods, short_name
+from resmgr.relay.methods import MAX_MESSAGE_BYTES, CriMethod, cri_methods, short_name
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +61,16 @@ _FRAME_HEADER = struct.Struct(">BHBBI")
 MAX_HEADER_TABLE = 1 << 24
 MAX_HEADER_LIST = 1 << 24
 
+# HTTP/2 error codes the relay reads or sends in RST_STREAM.
+H2_CANCEL = 0x8
+H2_ENHANCE_YOUR_CALM = 0xB  # grpc-go reports it as RESOURCE_EXHAUSTED
+
 # grpc-status numbers to names (https://grpc.github.io/grpc/core/md_doc_statuscodes.html).
 STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
                 "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
                 "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
+OK, CANCELLED, UNKNOWN = 0, 1, 2
+RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE = 8, 13, 14
 
 
 def status_name(code: int) -> str:
@@ -141,8 +152,11 @@ class _Connection:
         self.request_blocks: dict[int, bytearray] = {}
         self.response_blocks: dict[int, bytearray] = {}
         self.blind = False  # read-along failed: copy bytes only, touch nothing
-        self.window_debt = 0  # bytes sent upstream minus bytes the client sent (rewritten requests)
+        # Connection credit the runtime will give that the client already has: bytes the relay
+        # credited itself while holding them, plus size changes of rewritten requests.
+        self.window_debt = 0
         self.debt_lock = threading.Lock()
+        self.credit: dict[int, int] = {}  # stream id (0: connection) -> credit to return to the client
         # What the runtime lets the relay send: the connection window, and the stream windows of
         # held (intercepted) streams. Rewritten requests may be larger than the client's, so the
         # relay must respect these itself rather than trust the client's view of them.
@@ -195,7 +209,7 @@ class _Connection:
         self.client.close()
         self.upstream.close()
         for stream in list(self.streams.copy().values()):
-            self._finish(stream, 14, "connection closed", count=not stream.cancelled)
+            self._finish(stream, UNAVAILABLE, "connection closed", count=not stream.cancelled)
         self.streams.clear()
         self.closed.set()
         with self.flow:
@@ -232,6 +246,8 @@ class _Connection:
             else:
                 with memoryview(buf) as view:
                     out, consumed, held, data_bytes = self._scan_requests(view, start)
+                    if self.credit:
+                        self._return_credit()
                     if consumed:
                         chunk = out if out is not None else view[:consumed]
                         if self._take_window(data_bytes):
@@ -253,7 +269,7 @@ class _Connection:
 
         Returns the bytes to forward (None: all of ``view[:consumed]``), how much was consumed,
         the intercepted streams whose request is now complete, and the flow-controlled DATA
-        bytes among the forwarded frames.
+        bytes among the forwarded frames. Held or dropped DATA is added to ``self.credit``.
         """
         data_bytes = 0
         out: bytearray | None = None  # only built when some frame is held back
@@ -272,13 +288,21 @@ class _Connection:
             if ftype == DATA:
                 stream = streams.get(sid)
                 if stream is not None and stream.collect:
-                    stream.request += _data_payload(flags, view[pos + 9:end])
+                    payload = _data_payload(flags, view[pos + 9:end])
+                    if stream.hold and not stream.request and not self._holdable(stream, payload):
+                        stream.hold = False
+                        stream.collect = self.server.dumper.enabled(stream.name)
+                    if stream.collect:
+                        stream.request += payload
                     if stream.hold:
                         if out is None:
                             out = bytearray()
                         out += view[forward_from:pos]
                         forward_from = end
-                        if flags & FLAG_END_STREAM:
+                        self._credit(sid, length, len(payload))
+                        if len(stream.request) > MAX_MESSAGE_BYTES + 5:
+                            self._refuse(stream, "more than one message, or a message over the size limit")
+                        elif flags & FLAG_END_STREAM:
                             held.append(stream)
                         pos = end
                         continue
@@ -297,11 +321,71 @@ class _Connection:
                 stream = streams.get(sid)
                 if stream is not None:
                     stream.cancelled = True
-                    self._finish(stream, 1, "cancelled by the client")
+                    self._finish(stream, CANCELLED, "cancelled by the client")
             pos = end
         if out is not None:
             out += view[forward_from:pos]
         return out, pos, held, data_bytes
+
+    # -- flow control toward the client -----------------------------------------------------
+
+    def _holdable(self, stream: _Stream, first: memoryview) -> bool:
+        """Whether the first DATA of an intercepted stream starts a message the relay may hold.
+
+        A message over the runtime's limit is not intercepted: it goes on as it is, so the runtime
+        refuses it (RESOURCE_EXHAUSTED) exactly as it would without the relay, and the relay never
+        holds more than one message of at most MAX_MESSAGE_BYTES.
+        """
+        if len(first) < 5:
+            return True  # length unknown yet; the hold is still capped at MAX_MESSAGE_BYTES + 5
+        declared = int.from_bytes(first[1:5], "big")
+        if declared <= MAX_MESSAGE_BYTES:
+            return True
+        log.warning("request of %d bytes is over the %d-byte message limit; not intercepted", declared,
+                    MAX_MESSAGE_BYTES, extra={"method": stream.name, "bytes": declared})
+        self.server.metrics.relay_error(stream.name, "oversized_request")
+        with self.flow:
+            self.stream_windows.pop(stream.stream_id, None)
+        return False
+
+    def _credit(self, sid: int, length: int, payload_bytes: int) -> None:
+        """Record ``length`` bytes of DATA the relay took off the wire without sending them on (yet)."""
+        self.credit[0] = self.credit.get(0, 0) + length
+        self.credit[sid] = self.credit.get(sid, 0) + length
+        # The runtime credits the connection again for what the relay sends it later.
+        with self.debt_lock:
+            self.window_debt += payload_bytes
+
+    def _return_credit(self) -> None:
+        """Give the client back the window that held DATA used, in one write."""
+        credit, self.credit = self.credit, {}
+        updates = bytearray()
+        for sid, increment in credit.items():
+            if sid == 0 or sid in self.streams:
+                updates += frame(WINDOW_UPDATE, 0, sid, increment.to_bytes(4, "big"))
+        try:
+            self.send_client(updates)
+        except OSError:
+            pass  # the connection is going; the reader loop notices
+
+    def _refuse(self, stream: _Stream, why: str) -> None:
+        """Reset a held stream on both sides (RESOURCE_EXHAUSTED for the client) and drop what it holds.
+
+        DATA the client still sends on it goes on to the runtime, which ignores a reset stream's frames.
+        """
+        log.error("intercepted request refused: %s", why, extra={"method": stream.name, "bytes": len(stream.request)})
+        self.server.metrics.relay_error(stream.name, "oversized_request")
+        # Bytes held so far will never reach the runtime: the client is credited, but nothing is owed.
+        with self.debt_lock:
+            self.window_debt -= len(stream.request)
+        stream.request.clear()
+        stream.hold = stream.collect = False
+        try:
+            self.send_upstream(frame(RST_STREAM, 0, stream.stream_id, H2_CANCEL.to_bytes(4, "big")))
+            self.send_client(frame(RST_STREAM, 0, stream.stream_id, H2_ENHANCE_YOUR_CALM.to_bytes(4, "big")))
+        except OSError:
+            pass
+        self._finish(stream, RESOURCE_EXHAUSTED, why)
 
     # -- flow control toward the runtime ---------------------------------------------------
 
@@ -400,7 +484,7 @@ class _Connection:
         self.blind = True
         for stream in list(self.streams.copy().values()):
             if stream.hold:
-                self._finish(stream, 13, "relay lost track of the connection")
+                self._finish(stream, INTERNAL, "relay lost track of the connection")
         self.streams.clear()
 
     # -- runtime -> client -----------------------------------------------------------------
@@ -479,7 +563,7 @@ class _Connection:
                 if stream.collect:
                     stream.response += _data_payload(flags, payload)
                 if flags & FLAG_END_STREAM:
-                    self._finish(stream, 2, "stream ended without trailers")
+                    self._finish(stream, UNKNOWN, "stream ended without trailers")
         elif ftype == HEADERS or ftype == CONTINUATION:
             block = _header_payload(ftype, flags, payload)
             if not flags & FLAG_END_HEADERS or sid in self.response_blocks:
@@ -499,17 +583,18 @@ class _Connection:
             ended = bool(flags & FLAG_END_STREAM) if ftype == HEADERS else stream.response_headers_seen
             stream.response_headers_seen = True
             if ended or any(name == b"grpc-status" for name, _ in headers):
-                code, message = 2, ""
+                code, message = UNKNOWN, ""
                 for name, value in headers:
                     if name == b"grpc-status":
-                        code = int(value) if value.isdigit() else 2
+                        code = int(value) if value.isdigit() else UNKNOWN
                     elif name == b"grpc-message":
                         message = value.decode("utf-8", "replace")
                 self._finish(stream, code, message)
         elif ftype == RST_STREAM:
             stream = self.streams.get(sid)
             if stream is not None:
-                self._finish(stream, 1 if int.from_bytes(payload, "big") == 8 else 13, "stream reset by the runtime")
+                code = CANCELLED if int.from_bytes(payload, "big") == H2_CANCEL else INTERNAL
+                self._finish(stream, code, "stream reset by the runtime")
         elif ftype == WINDOW_UPDATE:
             increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
             with self.flow:
@@ -554,9 +639,9 @@ class _Connection:
         dumper = self.server.dumper
         if dumper.enabled(stream.name):
             request = grpc_message(bytes(stream.request)) if stream.collect else None
-            response = grpc_message(bytes(stream.response)) if stream.collect and code == 0 else None
+            response = grpc_message(bytes(stream.response)) if stream.collect and code == OK else None
             dumper.dump(stream.path, stream.name, request, response,
-                        None if code == 0 else f"{code_name}: {message}", latency)
+                        None if code == OK else f"{code_name}: {message}", latency)
 
     # -- interception ----------------------------------------------------------------------
 
@@ -591,8 +676,8 @@ class _Connection:
             else:
                 self._send_request(stream, payload)
             stream.done.wait()
-            if stream.status != 0:
-                raise UpstreamCallError(stream.status or 2, stream.message)
+            if stream.status != OK:
+                raise UpstreamCallError(stream.status or UNKNOWN, stream.message)
             response = grpc_message(bytes(stream.response))
             return response if response is not None else bytes(stream.response)
 
