@@ -38,6 +38,7 @@ from e2e.gardener import shoot_ops  # noqa: E402
 from fixtures.landscape import Images, Landscape  # noqa: E402
 from fixtures.landscape.node_checks import WATCHED_DIRS, NodeRunner, file_digests  # noqa: E402
 from fixtures.landscape.workloads import (  # noqa: E402
+    burstable_pod,
     container_cpuset,
     daemonset_rolled_out,
     guaranteed_pod,
@@ -129,7 +130,10 @@ class Demo:
     def pinned(self) -> str:
         node = self.nodes[0]
         self.land.shoot.run("apply", "-f", "-", input=_json(guaranteed_pod("demo-pinned", node.name)))
+        # A Burstable workload as well: both kinds must survive the uninstall.
+        self.land.shoot.run("apply", "-f", "-", input=_json(burstable_pod("demo-burstable", self.nodes[-1].name)))
         pod = wait_pod_running(self.land.shoot, "demo-pinned")
+        wait_pod_running(self.land.shoot, "demo-burstable")
         told, cpus = container_cpuset(node, pod)
         self.all_cpus = node.node.run(["cat", f"/sys/fs/cgroup/cpuset{node.cgroup_root}/cpuset.cpus"]).stdout.strip()
         if not told or told != cpus or cpus == self.all_cpus:
@@ -147,6 +151,8 @@ class Demo:
             ok, why = shoot_ops.agent_config_applied({"metadata": {"name": node.name, "annotations": ann}})
             return ok and ann.get(shoot_ops.CONFIG_SOURCE) != before, why or f"still {before}"
         shoot_ops.wait_until("the agent pushed the changed default config", pushed, 180, 1)
+        # The node has 2 CPUs: the pinned pod makes room for its unpinned twin.
+        self.land.shoot.run("delete", "pod", "demo-pinned", "--wait=true", timeout=120)
         self.land.shoot.run("apply", "-f", "-", input=_json(guaranteed_pod("demo-unpinned", node.name)))
         pod = wait_pod_running(self.land.shoot, "demo-unpinned")
         told, cpus = container_cpuset(node, pod)
@@ -171,7 +177,7 @@ class Demo:
             if changed:
                 raise RuntimeError(f"{n.name} not restored: {changed}")
         phases = {p: self.land.shoot.get_json("pod", p)["status"].get("phase")
-                  for p in ("demo-pinned", "demo-unpinned")}
+                  for p in ("demo-burstable", "demo-unpinned")}
         if set(phases.values()) != {"Running"}:
             raise RuntimeError(f"workload pods not Running after disable: {phases}")
         files = sum(len(v) for v in self.before.values())
