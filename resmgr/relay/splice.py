@@ -726,15 +726,42 @@ class SpliceServer:
                          name="splice-accept").start()
 
     def _accept_loop(self, listener: socket.socket) -> None:
+        """Accept until stopped. Running out of file descriptors, memory or threads is transient:
+        the loop backs off and goes on, so the relay accepts again once connections close (a loop
+        that ended here would leave kubelet with a socket that never answers)."""
+        backoff = 0.0
+        last_report = 0.0
         while self._accepting.is_set():
             try:
                 client, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True, name="splice-c2u").start()
+                threading.Thread(target=self._serve, args=(client,), daemon=True, name="splice-c2u").start()
+                backoff = 0.0
+                continue
+            except OSError as err:
+                if not self._accepting.is_set() or err.errno in (errno.EBADF, errno.EINVAL):
+                    if self._accepting.is_set():
+                        log.error("relay socket closed unexpectedly (%s); no longer accepting", err)
+                    return
+                kind, what = errno.errorcode.get(err.errno or 0, "OSError"), str(err)
+            except RuntimeError as err:  # can't start new thread
+                client.close()
+                kind, what = "threads", str(err)
+            self.metrics.relay_error("accept", kind.lower())
+            now = time.monotonic()
+            if now - last_report >= 10:
+                log.error("cannot accept a connection (%s); retrying", what, extra={"error": kind})
+                last_report = now
+            backoff = min(0.5, backoff * 2 or 0.01)
+            time.sleep(backoff)
 
     def _serve(self, client: socket.socket) -> None:
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as err:  # out of descriptors: the client retries on a new connection
+            log.error("cannot open a runtime connection: %s", err)
+            self.metrics.relay_error("accept", errno.errorcode.get(err.errno or 0, "OSError").lower())
+            client.close()
+            return
         upstream.settimeout(self.connect_timeout)
         try:
             upstream.connect(self.runtime_socket)
