@@ -34,7 +34,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from shipped_images import ARCHIVES, DEFAULT_REGISTRY, DEFAULT_TAG, add_name_options, image_names, report
+from shipped_images import ARCHIVES, DEFAULT_REGISTRY, DEFAULT_TAG, image_names, run_builder
 
 REPO = Path(__file__).resolve().parent.parent
 # Bump when the steps below change what they produce.
@@ -315,17 +315,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output-dir", default=str(REPO / "_out" / "images-dockerfile"),
                    help="where extension.tar and installation.tar go (default: %(default)s)")
-    add_name_options(p)
     p.add_argument("--dockerfile", default=str(REPO / "Dockerfile"), help="default: %(default)s")
     p.add_argument("--context", default=str(REPO), help="build context (default: %(default)s)")
     p.add_argument("--helm", default=str(cache / "bin" / "helm"), help="linux helm binary (default: %(default)s)")
     p.add_argument("--rootfs", default=str(cache / "rootfs" / "bookworm.tar.zst"),
                    help="debootstrapped rootfs for the base images (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="rebuild even when the cached result matches")
-    args = p.parse_args()
-    t0 = time.monotonic()
-    report("build-dockerfile-images", build(args), t0)
-    return 0
+    return run_builder("build-dockerfile-images", p, build)
 
 
 if __name__ == "__main__":

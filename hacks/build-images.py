@@ -21,11 +21,10 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from docker_archive import PATH_ENV, Image, Layer, write_docker_archive
-from shipped_images import add_name_options, image_names, report
+from shipped_images import image_names, run_builder
 
 REPO = Path(__file__).resolve().parent.parent
 EXE_DIR = "/opt/cri-resmgr/bin"
@@ -162,11 +161,7 @@ def main() -> int:
     p.add_argument("--nsenter", default="/usr/bin/nsenter", help="nsenter binary (default: %(default)s)")
     p.add_argument("--output-dir", default=str(REPO / "_out" / "images"),
                    help="where the tars go (default: %(default)s)")
-    add_name_options(p)
-    args = p.parse_args()
-    t0 = time.monotonic()
-    report("build-images", build(args), t0)
-    return 0
+    return run_builder("build-images", p, build)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 
 DEFAULT_REGISTRY = "europe-docker.pkg.dev/gardener-project/public/gardener/extensions"
 DEFAULT_TAG = "v0.1.0"
@@ -27,8 +28,13 @@ def add_name_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tag", default=DEFAULT_TAG, help="image tag (default: %(default)s)")
 
 
-def report(prog: str, written: dict[str, list[str]], started: float) -> None:
-    """One line per archive written (size and names), then the time taken since ``started``."""
-    for path, names in written.items():
+def run_builder(prog: str, parser: argparse.ArgumentParser,
+                build: Callable[[argparse.Namespace], dict[str, list[str]]]) -> int:
+    """Parse the command line (with --registry/--tag), build, and report each archive's size and names."""
+    add_name_options(parser)
+    args = parser.parse_args()
+    started = time.monotonic()
+    for path, names in build(args).items():
         print(f"{prog}: wrote {path} ({os.path.getsize(path) >> 20} MiB): {', '.join(names)}", flush=True)
     print(f"{prog}: done in {time.monotonic() - started:.1f}s", flush=True)
+    return 0
