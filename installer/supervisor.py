@@ -1,7 +1,8 @@
 """Supervision after install: keep the node working whatever happens to cri-resmgr.
 
 Every ``interval_s`` the supervisor looks at ``cri-resource-manager.service``, calls CRI Version on
-the relay socket and reads the endpoint of the running kubelet. :func:`decide` turns that into
+the relay socket (on a new connection and on one kept open, as kubelet's is: see RelayProbe) and
+reads the endpoint of the running kubelet. :func:`decide` turns that into
 one action:
 
 * **fallback**: the unit has failed or was stopped, or the relay has not answered for more than
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from installer import node_files, systemd
-from installer.cri_check import CriUnavailable, cri_version
+from installer.cri_check import CriUnavailable, RelayProbe
 from installer.install import KUBELET_TARGET, NodeInstaller
 
 log = logging.getLogger("installer.supervisor")
@@ -114,12 +115,13 @@ class Supervisor:
         self.report = report  # readiness, told before an action starts (a fallback takes seconds)
         target = installer.journal().get(KUBELET_TARGET, "relay")
         self.state = SupervisorState(on_relay=target == "relay", last_answer=time.monotonic())
+        self.probe = RelayProbe(installer.host, node_files.RELAY_ENDPOINT)
 
     def check(self) -> Health:
         host = self.installer.host
         unit_state = systemd.is_active(host, node_files.UNIT)
         try:
-            cri_version(host, node_files.RELAY_ENDPOINT)
+            self.probe.check()
             relay_error = None
         except CriUnavailable as exc:
             relay_error = str(exc)
