@@ -89,7 +89,7 @@ class Cache:
             raise CacheError(f"cannot read cache {self.path}: {exc}") from None
         try:
             return CacheData.from_json(json.loads(raw))
-        except (ValueError, CacheError) as exc:
+        except (ValueError, RecursionError, CacheError) as exc:  # RecursionError: absurdly deep JSON
             aside = self.path.with_name(CACHE_FILE + ".corrupt")
             os.replace(self.path, aside)
             log.error("cache %s is unusable (%s); moved to %s, starting from an empty cache", self.path, exc, aside)

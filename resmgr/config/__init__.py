@@ -15,7 +15,7 @@ import yaml
 
 from resmgr.config.constraints import CpuConstraint, parse_cpu_constraint, parse_cpu_quantity
 from resmgr.config.errors import ConfigError
-from resmgr.config.schema import CONFIG, POLICY_NAMES
+from resmgr.config.schema import CONFIG, MAX_DEPTH, MAX_NODES, POLICY_NAMES
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -30,11 +30,59 @@ __all__ = [
 ]
 
 MAX_CONFIG_BYTES = 1024 * 1024
+# Checked while parsing, before any object is built: a 549-byte alias bomb expands to billions
+# of nodes when the cache writer serialises it, and a 100k-deep list overflows the recursive composer.
+MAX_YAML_DEPTH, MAX_YAML_NODES = MAX_DEPTH, MAX_NODES
 DOCUMENT = "<document>"
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys instead of silently keeping the last."""
+    """SafeLoader that rejects duplicate keys, nesting deeper than MAX_YAML_DEPTH, and documents
+    whose aliases expand to more than MAX_YAML_NODES nodes (checked on the node graph, before
+    any object is built)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> yaml.Node | None:
+        node = super().compose_document()
+        if node is not None and _expanded_size(node) > MAX_YAML_NODES:
+            raise yaml.composer.ComposerError(None, None, f"YAML aliases expand to more than {MAX_YAML_NODES} "
+                                              "nodes", node.start_mark)
+        return node
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes the document has once every alias is written out (each node counted once per use)."""
+    sizes: dict[int, int] = {}
+    # Iterative post-order walk: depth is bounded already, but a plain loop costs no stack at all.
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        if done or not children:
+            sizes[id(node)] = min(1 + sum(sizes[id(c)] for c in children), MAX_YAML_NODES + 1)
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:

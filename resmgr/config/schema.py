@@ -109,8 +109,33 @@ class StrList(Spec):
         return out
 
 
+# Bounds no real config comes near (upstream's deepest is 6 levels, the largest a few hundred
+# values) that stop bombs before they cost memory or a stack; the YAML loader applies them while
+# parsing, and opaque sections are held to them again, whatever produced them (JSON, a cache file).
+MAX_DEPTH = 64
+MAX_NODES = 100_000
+
+
+def check_bounded(value: Any, path: str) -> None:
+    """Raise ConfigError if ``value`` nests deeper than MAX_DEPTH or has more than MAX_NODES
+    values, each shared reference counted once per use (as a serializer would write it)."""
+    count = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise ConfigError(path, f"has more than {MAX_NODES} values (YAML aliases count once per use)")
+        if depth > MAX_DEPTH:
+            raise ConfigError(path, f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+
+
 class Opaque(Spec):
-    """A section this implementation passes through without interpreting it."""
+    """A section this implementation passes through without interpreting it (within bounds)."""
 
     def __init__(self, kind: type = dict) -> None:
         self.kind = kind
@@ -124,6 +149,7 @@ class Opaque(Spec):
             for key in value:
                 if not isinstance(key, str):
                     raise ConfigError(_join(path, str(key)), "keys must be strings")
+        check_bounded(value, path)
         return value
 
 

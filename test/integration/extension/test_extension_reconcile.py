@@ -6,6 +6,7 @@ import base64
 
 import pytest
 from extension_operator_process import FINALIZER, MR_NAME, by_kind, wait_for
+from fixtures.config_bombs import BOMBS
 from fixtures.seed_api import default_shoot
 
 pytestmark = pytest.mark.integration
@@ -100,6 +101,23 @@ def test_reconcile_deploys_secret_and_managed_resource(seed, operator):
     manifest = "\n---\n".join(yaml.safe_dump(o) for o in objs)
     r = seed.seed_api.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=manifest)
     assert r.stdout.count("(server dry run)") == len(objs)
+
+
+@pytest.mark.parametrize("kind", ["alias", "depth"])
+def test_config_bombs_become_configuration_errors(seed, operator, kind):
+    """A YAML bomb in a shoot's config is an ERR_CONFIGURATION_PROBLEM, not a stuck or dead operator."""
+    ns = new_shoot(seed, operator)
+    text, message = BOMBS[kind]
+    seed.create_extension(ns, {"configs": {"default": text}})
+
+    def errored():
+        ex = seed.extension(ns)
+        return ex if (ex.get("status") or {}).get("lastError") else None
+
+    ex = wait_for(errored, "lastError", operator=operator)
+    assert message in ex["status"]["lastError"]["description"]
+    assert ex["status"]["lastError"]["codes"] == ["ERR_CONFIGURATION_PROBLEM"]
+    assert seed.managed_resource(ns) is None
 
 
 def test_invalid_provider_config_reports_last_error_and_deploys_nothing(seed, operator):

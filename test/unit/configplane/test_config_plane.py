@@ -9,6 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from fixtures.config_bombs import BOMBS
 from unit.configplane.applier_helpers import RecordingApplier
 
 from resmgr.agent.unix_grpc import unix_channel
@@ -38,6 +39,7 @@ def test_valid_config_is_applied_once_and_unchanged_is_not_reapplied():
     ({"policyy": "Active: none\n"}, "policyy"),
     ({"policy": "Active: topology-aware\n# " + "x" * (1024 * 1024) + "\n"}, "over the limit"),
     ({"policy": "Active: static\n"}, "switching the active policy"),
+    *[({"rdt": text.split(":", 1)[1]}, message) for text, message in BOMBS.values()],
 ])
 def test_bad_config_is_rejected_and_the_old_one_stays(sections, needle):
     applier = RecordingApplier()

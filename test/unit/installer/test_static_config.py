@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fixtures.config_bombs import BOMBS
 
 from installer import node_files
 from installer.static_config import StaticConfigError, known_flags, parse_extra_options, read_config_dir
@@ -94,6 +95,7 @@ def test_unit_is_ordered_after_containerd_before_kubelet_and_restarts_on_failure
     ({"fallback_cfg": "a" * (1024 * 1024 + 1)}, "fallback.cfg: .*over the limit"),
     ({"unknown.key": "x"}, "unknown key\\(s\\) unknown.key"),
     ({"EXTRA_OPTIONS": "--nope"}, "EXTRA_OPTIONS: unknown cri-resmgr flag"),
+    *[({"fallback_cfg": text}, "fallback.cfg: .*" + message) for text, message in BOMBS.values()],
 ])
 def test_bad_config_dir_is_rejected_naming_the_key(tmp_path: Path, keys: dict, message: str) -> None:
     with pytest.raises(StaticConfigError, match=message):
