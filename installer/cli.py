@@ -14,6 +14,7 @@ from pathlib import Path
 from installer import readiness
 from installer.host import CommandRunner, Host
 from installer.install import KUBELET_TARGET, InstallSettings, NodeInstaller
+from installer.node_lock import NodeLock
 from installer.static_config import read_config_dir
 from installer.supervisor import Supervisor, SupervisorSettings
 from resmgr.logsetup import add_logging_arguments, setup_logging_from_args
@@ -236,9 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     installer = NodeInstaller(host, InstallSettings(binary=args.binary, relay_wait_s=args.relay_wait,
                                                                kubelet_wait_s=args.kubelet_wait))
     log.info("cri-resmgr-installer starting", extra={"mode": mode, "host_root": str(args.host_root)})
-    if mode == "uninstall":
-        return run_uninstall(installer, args, stop)
-    return run_install(installer, args, stop)
+    lock = NodeLock(host)
+    if not lock.acquire(stop, lambda reason: readiness.write_ready(args.ready_file, False, reason, mode)):
+        log.info("stopping on a signal before this run got the node lock; nothing was changed")
+        return 0
+    try:
+        if mode == "uninstall":
+            return run_uninstall(installer, args, stop)
+        return run_install(installer, args, stop)
+    finally:
+        lock.release()
 
 
 if __name__ == "__main__":
