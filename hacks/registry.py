@@ -105,6 +105,9 @@ def is_loopback(address: str) -> bool:
 
 def split_reference(ref: str) -> tuple[str, str, str]:
     """(host, repository path, tag) of a tagged reference; Docker Hub's short forms are normalized."""
+    if "@" in ref or not ref or ref != ref.strip() or "//" in ref:
+        raise RegistryError(f"bad image reference {ref!r}: expected [HOST[:PORT]/]PATH[:TAG] (digests are not "
+                            f"supported here)")
     name, _, tag = ref.rpartition(":")
     if not name or "/" in tag:
         name, tag = ref, "latest"
