@@ -61,8 +61,7 @@ class Demo:
         self.workdir = workdir
         self.keep = keep
         self.tools = find_tools()
-        self.land = Landscape(self.tools, workdir / "landscape", Images.from_dir(self.tools, images_dir),
-                              base_configs={"fallback": (REPO / "examples/configs/fallback.yaml").read_text()})
+        self.land = Landscape(self.tools, workdir / "landscape", Images.from_dir(self.tools, images_dir))
         self.results: list[tuple[str, str, float]] = []
 
     def step(self, title: str, fn: Callable[[], str]) -> None:
