@@ -21,6 +21,7 @@ RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
 RELAY_ENDPOINT = f"unix://{RELAY_SOCKET}"
 RELAY_RUNTIME_DIR = "/var/run/cri-resmgr"
 RELAY_STATE_DIR = "/var/lib/cri-resmgr"
+RELAY_TMP_DIR = f"{RELAY_STATE_DIR}/tmp"  # where the single-file build unpacks itself (TMPDIR)
 RUNTIME_UNIT = "containerd.service"
 
 _env = jinja2.Environment(
@@ -38,6 +39,8 @@ class UnitSettings:
     restart_sec: int = 2
     start_limit_interval_s: int = 60
     start_limit_burst: int = 10
+    memory_max: str = "512M"  # systemd MemoryMax= of the relay
+    tasks_max: int = 512  # systemd TasksMax=: two threads per client connection, plus workers
 
 
 def render(template: str, **values: object) -> bytes:
@@ -48,7 +51,10 @@ def render_unit(settings: UnitSettings) -> bytes:
     return render("cri-resource-manager.service.j2", binary=BINARY, default_file=DEFAULT_FILE,
                   extra_options_file=EXTRA_OPTIONS_FILE, runtime_unit=settings.runtime_unit,
                   restart_sec=settings.restart_sec, start_limit_interval_s=settings.start_limit_interval_s,
-                  start_limit_burst=settings.start_limit_burst)
+                  start_limit_burst=settings.start_limit_burst, tmp_dir=RELAY_TMP_DIR,
+                  state_dir_name=RELAY_STATE_DIR.removeprefix("/var/lib/"),
+                  runtime_dir_name=RELAY_RUNTIME_DIR.removeprefix("/var/run/"),
+                  memory_max=settings.memory_max, tasks_max=settings.tasks_max)
 
 
 def config_options(static: StaticConfig) -> list[str]:

@@ -29,6 +29,14 @@ def test_install_twice_then_uninstall_restores_everything(installer_node, tools,
     pods = crictl_via_relay(tools.crictl, node, "pods", "-q")
     assert pods.returncode == 0, pods.stderr
     assert kubelet_on_relay(node), kubelet_endpoint(node)
+    # It serves under the hardened unit: read-only system, bounded memory and tasks, its own TMPDIR.
+    props = dict(line.split("=", 1) for line in node.systemctl(
+        "show", "cri-resource-manager", "-p", "NoNewPrivileges,ProtectSystem,MemoryMax,TasksMax,MainPID",
+        check=False).stdout.splitlines() if "=" in line)
+    assert (props["NoNewPrivileges"], props["ProtectSystem"]) == ("yes", "strict"), props
+    assert (props["MemoryMax"], props["TasksMax"]) == (str(512 * 1024 * 1024), "512"), props
+    environ = node.run(["cat", f"/proc/{props['MainPID']}/environ"]).stdout.split("\0")
+    assert "TMPDIR=/var/lib/cri-resmgr/tmp" in environ
     installed = snapshot(node)
     assert installed["/opt/cri-resmgr/bin/cri-resmgr"] == n.binary.read_bytes()
     assert b"--metrics-address=off" in installed["/etc/cri-resmgr/extra-options.env"]

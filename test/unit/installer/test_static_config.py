@@ -84,7 +84,10 @@ def test_unit_is_ordered_after_containerd_before_kubelet_and_restarts_on_failure
     for line in ("After=containerd.service", "Before=kubelet.service", "Restart=on-failure",
                  "ExecStart=/opt/cri-resmgr/bin/cri-resmgr $CONFIG_OPTIONS $RELAY_OPTIONS $EXTRA_OPTIONS",
                  "EnvironmentFile=/etc/default/cri-resource-manager",
-                 "EnvironmentFile=-/etc/cri-resmgr/extra-options.env", "WantedBy=multi-user.target"):
+                 "EnvironmentFile=-/etc/cri-resmgr/extra-options.env", "WantedBy=multi-user.target",
+                 "NoNewPrivileges=yes", "ProtectSystem=strict", "StateDirectory=cri-resmgr",
+                 "RuntimeDirectory=cri-resmgr", "MemoryMax=512M", "TasksMax=512",
+                 "Environment=TMPDIR=/var/lib/cri-resmgr/tmp"):
         assert line in unit.splitlines()
 
 
