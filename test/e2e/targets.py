@@ -94,12 +94,12 @@ class LandscapeTarget:
         self.land = land
         self.timeout = timeout
         self.gardenlet = None
-        self.nodes_used = False
 
     def create(self) -> None:
-        if self.nodes_used:
+        # The landscape outlives a target (one per test): whether its nodes served a shoot is its state.
+        if getattr(self.land, "shoot_nodes_used", False):
             self.land.replace_shoot_nodes()
-        self.nodes_used = True
+        self.land.shoot_nodes_used = True
         self.gardenlet = self.land.gardenlet()
         self.gardenlet.write_cluster()
 
@@ -160,12 +160,14 @@ class LandscapeTarget:
         self.land.set_base_configs(configs)
 
     def kill_extension_pod(self) -> None:
-        """Force-delete the extension's pod once the installer DaemonSet exists in the shoot (mid-rollout)."""
+        """Force-delete the extension's pod while the installer DaemonSet rolls out in the shoot."""
         from fixtures.landscape import seed_extension
+        from fixtures.landscape.workloads import daemonset_rolled_out
 
         def rolling() -> tuple[bool, str]:
-            r = self.land.shoot.run("-n", "kube-system", "get", "daemonset", "cri-resmgr-installer", check=False)
-            return r.returncode == 0, "installer DaemonSet not yet in the shoot"
-        shoot_ops.wait_until("a rollout in progress", rolling, self.timeout, 0.5)
+            done, why = daemonset_rolled_out(self.land.shoot, "cri-resmgr-installer")
+            exists = "NotFound" not in why
+            return exists and not done, f"no installer rollout in progress ({why})"
+        shoot_ops.wait_until("an installer rollout in progress", rolling, self.timeout, 0.3)
         pod = seed_extension.pod_name(self.land.seed)
         self.land.seed.run("-n", seed_extension.NAMESPACE, "delete", "pod", pod, "--grace-period=0", "--force")
