@@ -176,8 +176,13 @@ def tree_digest(h: hashlib._Hash, root: Path, rel: str) -> None:
     for f in files:
         if "__pycache__" in f.parts or f.suffix == ".pyc":
             continue
-        h.update(f"{f.relative_to(root)}\0{oct(f.stat().st_mode & 0o111)}\0".encode())
-        h.update(sha256_file(f).encode())
+        try:
+            digest = sha256_file(f)
+            mode = f.stat().st_mode
+        except FileNotFoundError:  # an editor's or a test's temporary file, gone since the listing
+            continue
+        h.update(f"{f.relative_to(root)}\0{oct(mode & 0o111)}\0".encode())
+        h.update(digest.encode())
 
 
 def content_key(dockerfile: Path, context: Path, helm: Path, rootfs: Path) -> str:
