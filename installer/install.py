@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from installer import failpoints, node_files, systemd
+from installer.cpuset_restore import restore_cpusets
 from installer.cri_check import CriUnavailable, cri_version, normalize_endpoint, wait_cri
 from installer.host import Host, HostCommandError, sha256_bytes, sha256_file
 from installer.journal import Journal
@@ -264,6 +265,8 @@ class NodeInstaller:
                     extra={"endpoint": runtime, "reason": reason, "restored": restored})
         if runtime:
             self._restart_kubelet_and_verify(journal, runtime)
+            # No container may keep a cpuset the relay chose once kubelet manages them again.
+            restore_cpusets(self.host, runtime)
         return restored
 
     # ----- uninstall -------------------------------------------------------------------------
