@@ -110,6 +110,9 @@ class LandscapeTarget:
             g.delete_extension()
             g.wait_gone(self.timeout)
         g.delete_cluster()
+        # gardenlet finishes a shoot's deletion only when its seed namespace is gone, with every
+        # ManagedResource in it; the landscape reuses the namespace, so wait for those instead.
+        g.wait(g.no_managed_resources, "the shoot's ManagedResources deleted", self.timeout)
 
     def enable(self, provider_config: dict, wait: bool = True) -> None:
         self.gardenlet.reconcile(provider_config)
