@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export CRI_RESMGR_DEV_CACHE ?= $(HOME)/.cache/cri-resmgr-dev
 
-.PHONY: setup venv tools demo test test-unit test-integration test-explore lint bench bench-relay bench-policy bench-install bench-extension clean
+.PHONY: setup venv tools demo test test-unit test-integration test-main test-landscape test-explore lint bench bench-relay bench-policy bench-install bench-extension clean
 
 setup: venv tools
 
@@ -49,6 +49,15 @@ test: venv
 
 test-unit: venv
 	$(call run_pytest,test/unit)
+
+# The suites that start a local landscape (demo + local e2e, ~10-15 min warm) and the rest; CI can run
+# them as two parallel jobs (.ci/run main | .ci/run landscape). `make test` runs both.
+LANDSCAPE_TESTS := test/integration/demo test/e2e/local
+test-main: venv
+	$(call run_pytest,$(foreach t,$(LANDSCAPE_TESTS),--ignore=$(t)))
+
+test-landscape: venv
+	$(call run_pytest,$(LANDSCAPE_TESTS))
 
 test-integration: venv
 	$(call run_pytest,test/integration)
