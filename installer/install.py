@@ -174,7 +174,8 @@ class NodeInstaller:
         failpoints.hit("unit-files-written")
         journal.ensure_dir(node_files.CONFIG_DIR)
         changed += self._put_files(journal, desired, [PENDING_RESMGR_RESTART])
-        keep = set(desired) | set(unit_files) | {node_files.BINARY}
+        keep = set(desired) | set(unit_files) | {node_files.BINARY, node_files.KUBELET_GUARD,
+                                                 node_files.KUBELET_GUARD_DROPIN}
         for path in journal.paths(RESMGR):
             if path not in keep:
                 journal.set(PENDING_RESMGR_RESTART, True)
@@ -244,6 +245,7 @@ class NodeInstaller:
         changed = self._put_files(journal, plan.files, [PENDING_KUBELET_RESTART], group=KUBELET)
         log.info("kubelet layout %s: endpoint set in %s", plan.layout, ", ".join(plan.files),
                  extra={"layout": plan.layout, "changed": changed})
+        changed += self._put_kubelet_guard(journal)
         failpoints.hit("kubelet-files-written")
         running, _ = self.kubelet_running_endpoint()
         if journal.get(PENDING_KUBELET_RESTART) or not self.same_endpoint(running, node_files.RELAY_ENDPOINT):
@@ -253,6 +255,24 @@ class NodeInstaller:
             return changed, True
         log.info("kubelet already runs against the relay; not restarting it")
         return changed, False
+
+    def _put_kubelet_guard(self, journal: Journal) -> list[str]:
+        """Write the boot-time guard for the kubelet files just written (see kubelet-guard.sh.j2)."""
+        guarded = []
+        for path in journal.paths(KUBELET):
+            rec = journal.files[path]
+            mode = rec.orig_mode if rec.orig_mode is not None else 0o644
+            guarded.append(node_files.GuardedFile(path, rec.ours[-1], rec.orig_sha256, rec.backup, f"{mode:o}"))
+        files = node_files.render_kubelet_guard(guarded, journal.get(RUNTIME_ENDPOINT, ""))
+        dropin = node_files.KUBELET_GUARD_DROPIN
+        changed = self._put_files(journal, {dropin: files[dropin]}, [PENDING_RELOAD])
+        journal.ensure_dir(os.path.dirname(node_files.KUBELET_GUARD))
+        if journal.put_file(node_files.KUBELET_GUARD, files[node_files.KUBELET_GUARD], group=RESMGR, mode=0o755):
+            changed.append(node_files.KUBELET_GUARD)
+        if journal.get(PENDING_RELOAD):
+            systemd.daemon_reload(self.host)
+            journal.set(PENDING_RELOAD, False)
+        return changed
 
     def point_kubelet_at_runtime(self, reason: str, journal: Journal | None = None) -> list[str]:
         """Give kubelet its original files back (its original runtime endpoint) and verify."""

@@ -226,7 +226,8 @@ def load_kubelet_unit(host: Host, unit: str = KUBELET_UNIT) -> KubeletUnit:
     props = show(host, unit, "FragmentPath", "DropInPaths", "LoadState")
     if props.get("LoadState") != "loaded" or not props.get("FragmentPath"):
         raise KubeletLayoutError(f"{unit} is not loaded on the node (LoadState={props.get('LoadState')!r})")
-    files = [props["FragmentPath"]] + [p for p in props.get("DropInPaths", "").split() if p]
+    # systemd's view lags until a daemon-reload: a drop-in removed meanwhile is no longer read.
+    files = [props["FragmentPath"]] + [p for p in props.get("DropInPaths", "").split() if p and host.exists(p)]
     return kubelet_unit_from_files(host, files, unit)
 
 

@@ -23,6 +23,10 @@ RELAY_RUNTIME_DIR = "/var/run/cri-resmgr"
 RELAY_STATE_DIR = "/var/lib/cri-resmgr"
 RELAY_TMP_DIR = f"{RELAY_STATE_DIR}/tmp"  # where the single-file build unpacks itself (TMPDIR)
 RUNTIME_UNIT = "containerd.service"
+KUBELET_GUARD = "/opt/cri-resmgr/bin/kubelet-guard"
+KUBELET_GUARD_DROPIN = "/etc/systemd/system/kubelet.service.d/90-cri-resmgr-guard.conf"
+KUBELET_GUARD_MARKER = "/run/cri-resmgr/kubelet-guard-fallback"  # the guard fell back at the last kubelet start
+KUBELET_GUARD_WAIT_S = 20
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("installer", "templates"),
@@ -87,3 +91,25 @@ def desired_config_files(static: StaticConfig, settings: UnitSettings) -> dict[s
     elif static.fallback is not None:
         files[FALLBACK_FILE] = static.fallback
     return files
+
+
+@dataclass(frozen=True)
+class GuardedFile:
+    """A kubelet file the installer changed: what the guard checks and restores."""
+
+    path: str
+    ours: str  # sha256 of the installer's content
+    orig: str | None  # sha256 of the original (None: the installer created the file)
+    backup: str | None
+    mode: str  # octal, for chmod
+
+
+def render_kubelet_guard(files: list[GuardedFile], runtime_endpoint: str,
+                         wait_s: int = KUBELET_GUARD_WAIT_S) -> dict[str, bytes]:
+    """The guard script and kubelet's drop-in that runs it, for the current repoint."""
+    return {
+        KUBELET_GUARD: render("kubelet-guard.sh.j2", files=files, runtime=runtime_endpoint, wait_s=wait_s,
+                              unit=UNIT, socket=RELAY_SOCKET, marker=KUBELET_GUARD_MARKER,
+                              dropin=KUBELET_GUARD_DROPIN),
+        KUBELET_GUARD_DROPIN: render("kubelet-guard.conf.j2", guard=KUBELET_GUARD),
+    }
