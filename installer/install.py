@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer import failpoints, node_files, systemd
+from installer import failpoints, go_adoption, node_files, systemd
 from installer.cpuset_restore import restore_cpusets
 from installer.cri_check import CriUnavailable, cri_version, normalize_endpoint, wait_cri
 from installer.host import Host, HostCommandError, sha256_bytes, sha256_file
@@ -42,6 +42,7 @@ KUBELET_LAYOUT = "kubelet_layout"
 KUBELET_TARGET = "kubelet_target"
 PHASE = "phase"
 PENDING_RELOAD = "pending_daemon_reload"
+ADOPTED_FROM = "adopted_from"  # set when the node came from the Go extension (see installer.go_adoption)
 PENDING_RESMGR_RESTART = "pending_resmgr_restart"
 PENDING_KUBELET_RESTART = "pending_kubelet_restart"
 
@@ -126,6 +127,10 @@ class NodeInstaller:
         if known:
             return known
         current = self._kubelet_file_endpoint()
+        if self.same_endpoint(current, node_files.RELAY_ENDPOINT) and go_adoption.go_installation(self.host):
+            go_adoption.adopt(self.host)
+            journal.set(ADOPTED_FROM, "go-extension")
+            current = self._kubelet_file_endpoint()
         if self.same_endpoint(current, node_files.RELAY_ENDPOINT):
             raise KubeletLayoutError(f"kubelet already points at {node_files.RELAY_ENDPOINT} but the installer "
                                      "has no record of the runtime endpoint it used before; fix kubelet's "
