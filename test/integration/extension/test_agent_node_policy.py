@@ -1,0 +1,85 @@
+"""The agent may patch only its own Node, shown against a real API server with a pod-bound token.
+
+The installation chart is applied for real (the test API server stands in for the shoot's).
+The agent's token is bound to a pod on one node, as a projected token in its DaemonSet pod is;
+patching that node and its status is allowed, any other node is denied by the admission policy.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+import urllib.error
+import urllib.request
+import uuid
+from typing import NamedTuple
+
+from integration.extension.test_extension_charts import INSTALL_CHART, INSTALL_VALUES, helm
+
+POLICY = "cri-resmgr-agent-own-node"
+
+
+class Result(NamedTuple):
+    returncode: int  # 0, or the HTTP status of the refusal
+    stderr: str
+
+
+def test_agent_can_patch_its_own_node_only(tools, seed_api):
+    text = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
+                "--kube-version", "1.33.0", values=INSTALL_VALUES)
+    assert f"name: {POLICY}" in text
+    suffix = uuid.uuid4().hex[:6]
+    own, other, pod = f"own-{suffix}", f"other-{suffix}", f"agent-{suffix}"
+    seed_api.kubectl("apply", "-f", "-", input=text)
+    try:
+        for name in (own, other):
+            seed_api.kubectl("apply", "-f", "-", input=json.dumps(
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+        seed_api.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": "kube-system"},
+            "spec": {"nodeName": own, "serviceAccountName": "cri-resmgr-agent",
+                     "containers": [{"name": "agent", "image": "reg/agent:v1"}]}}))
+        token = seed_api.kubectl("create", "token", "cri-resmgr-agent", "-n", "kube-system",
+                                 "--bound-object-kind", "Pod", "--bound-object-name", pod,
+                                 "--duration", "10m").stdout.strip()
+
+        def patch(node: str, *, status: bool = False) -> Result:
+            """A merge patch as the agent sends it (no GET first), with the agent's token."""
+            body = ({"status": {"capacity": {"example.com/thing": "1"}}} if status
+                    else {"metadata": {"annotations": {"cri-resource-manager.intel.com/test": suffix}}})
+            req = urllib.request.Request(
+                f"{seed_api.url}/api/v1/nodes/{node}{'/status' if status else ''}", method="PATCH",
+                data=json.dumps(body).encode(),
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"})
+            try:
+                with urllib.request.urlopen(req, context=ssl._create_unverified_context(), timeout=30):
+                    return Result(0, "")
+            except urllib.error.HTTPError as err:
+                return Result(err.code, err.read().decode(errors="replace"))
+
+        # The policy takes effect once the API server has loaded it: wait for the first denial.
+        deadline = time.monotonic() + 30
+        denied = patch(other)
+        while denied.returncode == 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            denied = patch(other)
+        assert denied.returncode != 0, "patching another node was allowed"
+        assert "may change only the node its pod runs on" in denied.stderr and POLICY in denied.stderr
+        assert patch(own).returncode == 0, patch(own).stderr
+        assert patch(own, status=True).returncode == 0, patch(own, status=True).stderr
+        status_denied = patch(other, status=True)
+        assert status_denied.returncode != 0 and "may change only the node" in status_denied.stderr
+        # Everyone else is untouched by the policy.
+        seed_api.kubectl("annotate", "node", other, f"cri-resource-manager.intel.com/test={suffix}")
+    finally:
+        seed_api.kubectl("delete", "pod", pod, "-n", "kube-system", "--wait=false", check=False)
+        seed_api.kubectl("delete", "node", own, other, check=False)
+        seed_api.kubectl("delete", "validatingadmissionpolicybinding", POLICY, check=False)
+        seed_api.kubectl("delete", "validatingadmissionpolicy", POLICY, check=False)
+
+
+def test_no_policy_where_the_shoot_has_no_admission_policies(tools):
+    text = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
+                "--kube-version", "1.29.4", values=INSTALL_VALUES)
+    assert "ValidatingAdmissionPolicy" not in text
