@@ -145,6 +145,9 @@ def test_rbac_is_least_privilege(tools):
         if d["kind"] in ("ClusterRole", "Role"):
             for rule in d["rules"]:
                 assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+    cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
+    secrets = next(r for r in cluster_role["rules"] if r["resources"] == ["secrets"])
+    assert sorted(secrets["verbs"]) == ["create", "delete", "list", "patch"]  # what managed_resources does
     role = next(d for d in docs if d["kind"] == "Role")
     cm_rule = next(r for r in role["rules"] if r["resources"] == ["configmaps"])
     assert cm_rule["verbs"] == ["get"] and cm_rule["resourceNames"] == ["gardener-extension-cri-resmgr-configs"]
