@@ -278,7 +278,8 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     hook: ResourceManagerHook = hook_factory(settings) if hook_factory is not None else AdjustingHook(rm)
     relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket,
                   image_socket=args.image_socket, hook=hook, metrics=metrics,
-                  dumper=Dumper(settings.dump), pid_file=args.pid_file or None, max_workers=args.workers,
+                  dumper=Dumper(settings.dump, directory=args.relay_dir), pid_file=args.pid_file or None,
+                  max_workers=args.workers,
                   runtime_wait_timeout=args.runtime_wait_timeout, transport=args.transport)
     runner = _Runner(args, relay, settings)
     signal.signal(signal.SIGTERM, runner.on_terminate)

@@ -109,6 +109,7 @@ class _Stream:
     method: CriMethod | None = None
     hold: bool = False  # intercepted: request DATA is held for the hook
     collect: bool = False  # keep request/response bytes (interception or dumping)
+    keep_response: bool = True  # False for server streams: a dump never holds a whole stream
     request: bytearray = field(default_factory=bytearray)
     response: bytearray = field(default_factory=bytearray)
     response_headers_seen: bool = False
@@ -476,6 +477,8 @@ class _Connection:
                 self.stream_windows[sid] = self.stream_initial_window
         elif self.server.dumper.enabled(name):
             stream.collect = True
+            method = cri_methods().get(path)
+            stream.keep_response = method is None or not method.server_streaming
         self.streams[sid] = stream
 
     def _go_blind(self, reason: str) -> None:
@@ -560,7 +563,7 @@ class _Connection:
         if ftype == DATA:
             stream = self.streams.get(sid)
             if stream is not None:
-                if stream.collect:
+                if stream.collect and stream.keep_response:
                     stream.response += _data_payload(flags, payload)
                 if flags & FLAG_END_STREAM:
                     self._finish(stream, UNKNOWN, "stream ended without trailers")

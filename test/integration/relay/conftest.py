@@ -25,7 +25,7 @@ def relay(containerd) -> Iterator[RelayProcess]:
     """cri-resmgr (policy none) with message dumping on, as a separate process."""
     workdir = Path(tempfile.mkdtemp(prefix="relay-", dir="/tmp"))
     config = workdir / "force.cfg"
-    config.write_text(DUMP_CONFIG.format(file=workdir / "dump.jsonl"))
+    config.write_text(DUMP_CONFIG.format(file=workdir / "state" / "dump.jsonl"))  # in the relay dir
     proc = RelayProcess(workdir, containerd.socket, args=["--force-config", str(config)])
     try:
         yield proc.start()

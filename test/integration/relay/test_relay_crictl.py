@@ -88,7 +88,7 @@ def test_pod_lifecycle_through_relay(containerd, relay, tmp_path):
     assert not unseen()
 
     # The force config dumps the state-changing calls in full and ListContainers in short.
-    entries = [json.loads(line) for line in (relay.workdir / "dump.jsonl").read_text().splitlines()]
+    entries = [json.loads(line) for line in (relay.workdir / "state" / "dump.jsonl").read_text().splitlines()]
     by_method = {}
     for entry in entries:
         by_method.setdefault(entry["method"], []).append(entry)

@@ -75,7 +75,7 @@ def test_sigterm_drains_in_flight_calls(containerd, workdir, tmp_path):
 
 
 def test_sighup_reloads_forced_config(containerd, workdir):
-    dump = workdir / "dump.jsonl"
+    dump = workdir / "state" / "dump.jsonl"  # dump files stay in the relay dir
     config = workdir / "force.cfg"
     config.write_text("dump:\n  Config: 'off:.*'\n")
     relay = RelayProcess(workdir, containerd.socket, args=["--force-config", str(config)]).start()

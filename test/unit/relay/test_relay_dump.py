@@ -55,7 +55,8 @@ def test_section_validation():
 
 def test_full_and_short_entries_go_to_the_file(tmp_path):
     file = tmp_path / "dump.jsonl"
-    dumper = Dumper(DumpConfig(rules=parse_dump_rules("full:Create.*,short:Start.*"), file=str(file)))
+    dumper = Dumper(DumpConfig(rules=parse_dump_rules("full:Create.*,short:Start.*"), file=str(file)),
+                    directory=str(tmp_path))
     req = api_pb2.CreateContainerRequest(pod_sandbox_id="pod1")
     req.config.metadata.name = "ctr"
     resp = api_pb2.CreateContainerResponse(container_id="c1")
@@ -85,7 +86,9 @@ def test_undecodable_and_unknown_messages_are_described_not_fatal(tmp_path):
 
 
 def test_unwritable_dump_file_falls_back_to_log(tmp_path, caplog):
-    dumper = Dumper(DumpConfig(rules=parse_dump_rules("full:.*"), file=str(tmp_path / "missing" / "d")))
+    (tmp_path / "not-a-dir").write_text("")
+    dumper = Dumper(DumpConfig(rules=parse_dump_rules("full:.*"), file=str(tmp_path / "not-a-dir" / "d")),
+                    directory=str(tmp_path))
     assert "cannot open dump file" in caplog.text
     assert dumper.dump(PATH + "Version", "Version", b"", b"", None, 0.0) is not None
 
