@@ -27,11 +27,10 @@ def new_shoot(seed, prefix, **kw):
     return ns
 
 
-def installer_mode(seed, ns):
+def installer_mode(seed, ns, name="cri-resmgr-installer"):
     objs = seed.rendered_objects(ns)
     ds = by_kind(objs, "DaemonSet")
-    env = {e["name"]: e.get("value") for e in
-           ds["cri-resmgr-installer"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in ds[name]["spec"]["template"]["spec"]["containers"][0]["env"]}
     return env["CRI_RESMGR_INSTALLER_MODE"], set(ds)
 
 
@@ -40,13 +39,17 @@ def test_delete_rolls_uninstall_first_and_removes_finalizer_after(seed, operator
     seed.create_extension(ns, {"workerPools": ["worker"]})
     wait_for(lambda: succeeded(seed, ns), "reconcile", operator=operator)
     seed.set_mr_conditions(ns)
-    assert installer_mode(seed, ns) == ("install", {"cri-resmgr-installer", "cri-resmgr-agent"})
+    everything = {"cri-resmgr-installer", "cri-resmgr-installer-cleanup", "cri-resmgr-agent"}
+    assert installer_mode(seed, ns) == ("install", everything)
+    # Nodes outside the selected pool always run the installer in uninstall mode.
+    assert installer_mode(seed, ns, "cri-resmgr-installer-cleanup")[0] == "uninstall"
 
     seed.delete_extension(ns)
     # The installer is rolled into uninstall mode (agent gone); the Extension waits for it.
     wait_for(lambda: installer_mode(seed, ns)[0] == "uninstall", "uninstall rollout", operator=operator)
     mode, daemonsets = installer_mode(seed, ns)
-    assert daemonsets == {"cri-resmgr-installer"}
+    assert daemonsets == {"cri-resmgr-installer", "cri-resmgr-installer-cleanup"}
+    assert installer_mode(seed, ns, "cri-resmgr-installer-cleanup")[0] == "uninstall"
     installer = by_kind(seed.rendered_objects(ns), "DaemonSet")["cri-resmgr-installer"]["spec"]["template"]
     # Uninstall targets the same nodes as the install.
     assert installer["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][

@@ -63,7 +63,8 @@ def test_reconcile_deploys_secret_and_managed_resource(seed, operator):
 
     objs = seed.rendered_objects(ns)
     daemonsets = by_kind(objs, "DaemonSet")
-    assert set(daemonsets) == {"cri-resmgr-installer", "cri-resmgr-agent"}
+    # PROVIDER_CONFIG selects worker pools: the nodes outside them get the cleanup installer.
+    assert set(daemonsets) == {"cri-resmgr-installer", "cri-resmgr-installer-cleanup", "cri-resmgr-agent"}
     installer = daemonsets["cri-resmgr-installer"]["spec"]["template"]
     env = {e["name"]: e.get("value") for e in installer["spec"]["containers"][0]["env"]}
     assert env["CRI_RESMGR_INSTALLER_MODE"] == "install"

@@ -7,6 +7,34 @@ app.kubernetes.io/managed-by: gardener-extension-cri-resmgr
 {{- toYaml (merge (dict) .Values.nodeSelector .Values.baseNodeSelector) -}}
 {{- end -}}
 
+{{/* Containerd nodes that the selection (nodeSelector, workerPools) leaves out: the terms are ORed. */}}
+{{- define "cri-resmgr.outsideSelection" -}}
+nodeSelector:
+{{ toYaml .Values.baseNodeSelector | indent 2 }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+      {{- range $key, $value := .Values.nodeSelector }}
+      - matchExpressions:
+        - key: {{ $key | quote }}
+          operator: NotIn
+          values: [{{ $value | quote }}]
+      {{- end }}
+      {{- if .Values.workerPools }}
+      - matchExpressions:
+        - key: worker.gardener.cloud/pool
+          operator: NotIn
+          values:
+{{ toYaml .Values.workerPools | indent 10 }}
+      {{- end }}
+tolerations:
+- effect: NoSchedule
+  operator: Exists
+- effect: NoExecute
+  operator: Exists
+{{- end -}}
+
 {{- define "cri-resmgr.scheduling" -}}
 nodeSelector:
 {{ include "cri-resmgr.nodeSelector" . | indent 2 }}

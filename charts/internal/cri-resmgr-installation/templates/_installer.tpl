@@ -1,0 +1,95 @@
+{{/* The installer DaemonSet; dict: root (the chart's context), name, mode, scheduling (YAML), cleanup. */}}
+{{- define "cri-resmgr.installer" -}}
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: {{ .name }}
+  namespace: kube-system
+  labels:
+    app.kubernetes.io/name: {{ .name }}
+{{ include "cri-resmgr.labels" .root | indent 4 }}
+spec:
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: {{ .name }}
+  updateStrategy:
+    type: RollingUpdate
+    rollingUpdate:
+      maxUnavailable: 1
+  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: {{ .name }}
+        gardener.cloud/role: system-component
+        node.gardener.cloud/critical-component: "true"
+{{ include "cri-resmgr.labels" .root | indent 8 }}
+      annotations:
+        # Static configs are files on the node: a change rolls the installer.
+        checksum/static-configs: {{ toJson .root.Values.configs.static | sha256sum }}
+    spec:
+      serviceAccountName: cri-resmgr-installer
+      automountServiceAccountToken: false
+      priorityClassName: {{ .root.Values.installer.priorityClassName }}
+      hostPID: true
+      # cri-resmgr serves metrics on the host network; the metrics Service
+      # reaches it through these pods.
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      # Uninstall never runs on SIGTERM, so termination is quick.
+      terminationGracePeriodSeconds: 30
+{{ .scheduling | indent 6 }}
+      containers:
+      - name: installer
+        image: {{ .root.Values.images.installer }}
+        imagePullPolicy: IfNotPresent
+        command:
+        - cri-resmgr-installer
+        - --host-root=/var/host
+        - --config-dir=/etc/cri-resmgr-installer/config
+        env:
+        - name: CRI_RESMGR_INSTALLER_MODE
+          value: {{ .mode | quote }}
+        - name: NODE_NAME
+          valueFrom:
+            fieldRef:
+              fieldPath: spec.nodeName
+        securityContext:
+          privileged: true
+        resources:
+{{ toYaml .root.Values.installer.resources | indent 10 }}
+        readinessProbe:
+          exec:
+            command:
+            - cri-resmgr-installer
+            - probe
+          initialDelaySeconds: 2
+          periodSeconds: 5
+          timeoutSeconds: 5
+          failureThreshold: 2
+        {{- if not .cleanup }}
+        ports:
+        - name: metrics
+          containerPort: {{ .root.Values.metrics.port }}
+          protocol: TCP
+        {{- end }}
+        volumeMounts:
+        - name: host-root
+          mountPath: /var/host
+          mountPropagation: HostToContainer
+        - name: config
+          mountPath: /etc/cri-resmgr-installer/config
+          readOnly: true
+        - name: ready
+          mountPath: /var/run/cri-resmgr-installer
+      volumes:
+      - name: host-root
+        hostPath:
+          path: /
+          type: Directory
+      - name: config
+        configMap:
+          name: cri-resmgr-installer-config
+          optional: true
+      - name: ready
+        emptyDir: {}
+{{- end -}}
