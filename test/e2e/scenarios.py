@@ -173,7 +173,7 @@ def extension_pod_killed_during_rollout(t: Target) -> None:
     t.kill_extension_pod()
     t.wait_reconciled()
     assert_nodes(t, installed=True)
-    t.disable()
+    t.disable(wait=False)
     t.kill_extension_pod()  # and once more in the middle of the uninstall roll
     t.wait_gone()
     assert_nodes(t, installed=False)
