@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from fixtures.config_bombs import BOMBS
 from integration.agent.conftest import (
     NAMESPACE,
     delete_config_map,
@@ -86,6 +87,8 @@ def test_node_beats_group_beats_default_and_losing_the_label_falls_back(plane_no
     ({"policy": "Active: static\nReservedResources:\n  cpu: cpuset:1\nPinnCPU: true\n"}, "policy.PinnCPU"),
     ({"policy": "Active: static\n", "polcy": "Active: static\n"}, "polcy"),
     (policy_section("1", active="static"), "switching the active policy"),
+    # YAML bombs in an opaque section: a configuration error like any other, never a stuck agent.
+    *[({**policy_section("1"), "rdt": BOMBS[kind][0].split(":", 1)[1]}, BOMBS[kind][1]) for kind in ("alias", "depth")],
 ])
 def test_bad_configmap_changes_nothing_and_is_reported(plane_node, bad, needle):
     node = plane_node()
