@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from e2e import scenarios
 from e2e.gardener import shoot_ops
+from e2e.targets import LANDSCAPE_EXTRA_OPTIONS
 from fixtures.landscape import Images, Landscape, build_images
 from fixtures.landscape.node_checks import NodeRunner
 
@@ -51,7 +52,7 @@ def test_bench_landscape(tools, tmp_path):
             g = land.gardenlet()
             g.write_cluster()
             t0 = time.monotonic()
-            g.reconcile(scenarios.provider_config())
+            g.reconcile(scenarios.provider_config({"EXTRA_OPTIONS": LANDSCAPE_EXTRA_OPTIONS}))
             _all(runners, shoot_ops.installed_check, "on the relay")
             enable_s = time.monotonic() - t0
             g.wait_ready(300)

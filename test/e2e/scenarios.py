@@ -14,14 +14,11 @@ from typing import Protocol
 from e2e.gardener import shoot_ops
 
 DEFAULT_CONFIG = "policy:\n  Active: topology-aware\n  ReservedResources:\n    CPU: 750m\n"
-# Landscape nodes share one network namespace, so the relay's metrics port would collide; the option
-# is harmless on a real shoot.
-EXTRA_OPTIONS = "--metrics-address=off"
 
 
 def provider_config(configs: dict[str, str] | None = None, worker_pools: list[str] | None = None) -> dict:
     pc: dict = {"apiVersion": "cri-resmgr.extensions.gardener.cloud/v1alpha1", "kind": "CriResMgrConfig",
-                "configs": {"default": DEFAULT_CONFIG, "EXTRA_OPTIONS": EXTRA_OPTIONS, **(configs or {})}}
+                "configs": {"default": DEFAULT_CONFIG, **(configs or {})}}
     if worker_pools is not None:
         pc["workerPools"] = worker_pools
     return pc

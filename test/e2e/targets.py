@@ -10,6 +10,8 @@ from pathlib import Path
 import yaml
 from e2e.gardener import shoot_ops
 
+LANDSCAPE_EXTRA_OPTIONS = "--metrics-address=off"
+
 
 class GardenerTarget:
     """A real Gardener: the shoot is created, patched and deleted through the garden cluster."""
@@ -115,7 +117,10 @@ class LandscapeTarget:
         g.wait(g.no_managed_resources, "the shoot's ManagedResources deleted", self.timeout)
 
     def enable(self, provider_config: dict, wait: bool = True) -> None:
-        self.gardenlet.reconcile(provider_config)
+        # The landscape's nodes share one network namespace: one relay metrics port cannot serve them all.
+        pc = copy.deepcopy(provider_config)
+        pc.setdefault("configs", {}).setdefault("EXTRA_OPTIONS", LANDSCAPE_EXTRA_OPTIONS)
+        self.gardenlet.reconcile(pc)
         if wait:
             self.gardenlet.wait_ready(self.timeout)
 
