@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from integration.relay.relay_process import RelayProcess
+from integration.relay.relay_process import running_relay
 
 from installer.cpuset_restore import restore_cpusets
 from installer.host import CommandRunner, Host
@@ -18,11 +16,7 @@ POLICY = "policy:\n  Active: static\n  ReservedResources:\n    cpu: cpuset:0\n"
 
 def test_relay_pinned_containers_get_kubelets_cpusets_back(containerd, tmp_path):
     online = Path("/sys/devices/system/cpu/online").read_text().strip()
-    workdir = Path(tempfile.mkdtemp(prefix="relay-restore-", dir="/tmp"))
-    (workdir / "fallback.cfg").write_text(POLICY)
-    relay = RelayProcess(workdir, containerd.socket, args=["--fallback-config", str(workdir / "fallback.cfg")])
-    try:
-        relay.start()
+    with running_relay(containerd, "--fallback-config", POLICY, prefix="relay-restore-") as relay:
         pod_cfg = write_json(tmp_path / "pod.json", make_pod_config("pinned", qos="guaranteed"))
         pod_id = containerd.crictl("runp", pod_cfg, endpoint=relay.endpoint).stdout.strip()
         ctr_cfg = write_json(tmp_path / "ctr.json", make_container_config(
@@ -36,7 +30,3 @@ def test_relay_pinned_containers_get_kubelets_cpusets_back(containerd, tmp_path)
         assert restore_cpusets(Host(Path("/"), CommandRunner()), "unix://" + containerd.socket) >= 1
         assert containerd.cgroup_cpuset(cid) == online
         assert containerd.cgroup_mems(cid) == Path("/sys/devices/system/node/online").read_text().strip()
-    finally:
-        relay.stop()
-        containerd.remove_all()
-        shutil.rmtree(workdir, ignore_errors=True)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from integration.relay.relay_process import RelayProcess
+from integration.relay.relay_process import RelayProcess, running_relay
 
 from resmgr.hooks import NoopHook, ResourceManagerHook
 from resmgr.relay.server import Relay
@@ -23,16 +23,9 @@ dump:
 @pytest.fixture(scope="module")
 def relay(containerd) -> Iterator[RelayProcess]:
     """cri-resmgr (policy none) with message dumping on, as a separate process."""
-    workdir = Path(tempfile.mkdtemp(prefix="relay-", dir="/tmp"))
-    config = workdir / "force.cfg"
-    config.write_text(DUMP_CONFIG.format(file=workdir / "state" / "dump.jsonl"))  # in the relay dir
-    proc = RelayProcess(workdir, containerd.socket, args=["--force-config", str(config)])
-    try:
-        yield proc.start()
-    finally:
-        proc.stop()
-        containerd.remove_all()
-        shutil.rmtree(workdir, ignore_errors=True)
+    # The dump file lies in the relay dir (workdir/state), as dump files must.
+    with running_relay(containerd, "--force-config", DUMP_CONFIG.format(file="{workdir}/state/dump.jsonl")) as proc:
+        yield proc
 
 
 @pytest.fixture(params=["splice", "grpc"])

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -31,6 +34,26 @@ def answers_version(endpoint: str) -> bool:
         except grpc.RpcError:
             return False
     return True
+
+
+@contextlib.contextmanager
+def running_relay(containerd, config_flag: str | None = None, config_text: str = "",
+                  prefix: str = "relay-") -> Iterator[RelayProcess]:
+    """A started cri-resmgr in a private /tmp dir (``config_flag`` with a file holding ``config_text``);
+    stopped, its containers removed and its dir deleted afterwards."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    args: list[str] = []
+    if config_flag:
+        config = workdir / "config.cfg"
+        config.write_text(config_text.format(workdir=workdir))
+        args = [config_flag, str(config)]
+    proc = RelayProcess(workdir, containerd.socket, args=args)
+    try:
+        yield proc.start()
+    finally:
+        proc.stop()
+        containerd.remove_all()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 class RelayProcess:

@@ -9,8 +9,6 @@ as the client where crictl can send the message.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +18,7 @@ import pytest
 from cri_api.v1 import api_pb2, api_pb2_grpc
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
 from google.protobuf import json_format
-from integration.relay.relay_process import RelayProcess
+from integration.relay.relay_process import RelayProcess, running_relay
 
 from resmgr.relay.methods import MAX_MESSAGE_BYTES
 
@@ -39,15 +37,8 @@ def big_annotations(total: int, prefix: str = "big") -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def policy_relay(containerd) -> Iterator[RelayProcess]:
-    workdir = Path(tempfile.mkdtemp(prefix="relay-size-", dir="/tmp"))
-    (workdir / "fallback.cfg").write_text(POLICY)
-    proc = RelayProcess(workdir, containerd.socket, args=["--fallback-config", str(workdir / "fallback.cfg")])
-    try:
-        yield proc.start()
-    finally:
-        proc.stop()
-        containerd.remove_all()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with running_relay(containerd, "--fallback-config", POLICY, prefix="relay-size-") as proc:
+        yield proc
 
 
 def run_pod_and_container(containerd, endpoint: str, tmp_path: Path, size: int, name: str) -> tuple[str, str]:
