@@ -11,9 +11,10 @@
   3. Each target exported as <output-dir>/extension.tar and <output-dir>/installation.tar (the latter
      tagged as both the installer and the agent image), named like hacks/build-images.py names them.
 
-The result is cached by a content hash of everything that goes in (the Dockerfile, every path it COPYs
-from the context, helm, the rootfs and these build steps, the names) under
-~/.cache/cri-resmgr-dev/dockerfile-images/<hash>/, so a rerun with unchanged inputs takes seconds.
+The context is first staged (the Dockerfile and every path it COPYs), then hashed and built from that
+frozen copy. The result is cached by the content hash (staged context, helm, the rootfs, this script)
+under ~/.cache/cri-resmgr-dev/dockerfile-images/<hash>/ (the newest three), so a rerun with unchanged
+inputs takes seconds; other --registry/--tag names are written by rewriting the archive's manifest.
 buildah's own storage lives in ~/.cache/cri-resmgr-dev/buildah/ (never the machine's /var/lib/containers);
 intermediate layers are pruned after each build. Needs root (as `make setup` does).
 """
@@ -31,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,6 +41,7 @@ from shipped_images import ARCHIVES, DEFAULT_REGISTRY, DEFAULT_TAG, image_names,
 REPO = Path(__file__).resolve().parent.parent
 # Bump when the steps below change what they produce.
 RECIPE = "v2"
+KEEP_RESULTS = 3
 PYTHON_PACKAGES = ["python3-venv", "libpython3.11", "binutils"]
 # Dockerfile targets: one per archive, named alike.
 TARGETS = list(ARCHIVES)
@@ -168,6 +171,27 @@ def context_sources(dockerfile: Path) -> list[str]:
     return sources
 
 
+def stage_context(dockerfile: Path, context: Path, dest: Path) -> Path:
+    """Copy the Dockerfile, .dockerignore and what the Dockerfile copies from ``context`` into ``dest``;
+    returns the staged Dockerfile. Hashing and building the same frozen copy means edits made to the
+    working tree during a build cannot end up in an image cached under another content hash."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(dockerfile, dest / "Dockerfile")
+    if (context / ".dockerignore").is_file():
+        shutil.copy2(context / ".dockerignore", dest / ".dockerignore")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for rel in context_sources(dockerfile):
+        src, out = context / rel, dest / rel
+        if not src.exists():
+            raise SystemExit(f"build-dockerfile-images: the Dockerfile copies {rel}, which does not exist")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, out, ignore=ignore, dirs_exist_ok=True)
+        else:
+            shutil.copy2(src, out)
+    return dest / "Dockerfile"
+
+
 def tree_digest(h: hashlib._Hash, root: Path, rel: str) -> None:
     path = root / rel
     if not path.exists():
@@ -176,11 +200,7 @@ def tree_digest(h: hashlib._Hash, root: Path, rel: str) -> None:
     for f in files:
         if "__pycache__" in f.parts or f.suffix == ".pyc":
             continue
-        try:
-            digest = sha256_file(f)
-            mode = f.stat().st_mode
-        except FileNotFoundError:  # an editor's or a test's temporary file, gone since the listing
-            continue
+        digest, mode = sha256_file(f), f.stat().st_mode
         h.update(f"{f.relative_to(root)}\0{oct(mode & 0o111)}\0".encode())
         h.update(digest.encode())
 
@@ -284,34 +304,49 @@ def build(args: argparse.Namespace) -> dict[str, list[str]]:
     (cache / "dockerfile-images").mkdir(parents=True, exist_ok=True)
     with open(cache / "dockerfile-images" / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time per cache (parallel test sessions)
-        key = content_key(dockerfile, context, helm, rootfs)
-        done = cache / "dockerfile-images" / key
-        if args.force or not all((done / f"{t}.tar").is_file() for t in TARGETS):
-            b = Buildah(cache / "buildah")
-            subprocess.run(b.argv("rm", "--all"), capture_output=True)
-            base = make_base_image(b, rootfs)
-            python_image = make_python_image(b, base)
-            tmp = done.with_name(key + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            for target in TARGETS:
-                image = f"localhost/cri-resmgr-dockerfile-{target}:{key[:16]}"
-                build_target(b, target, dockerfile, context, helm, python_image, base, image)
-                export(b, image, tmp / f"{target}.tar", cached_names[target])
-            prune(b, keep=(base, python_image))
-            # Keep only the newest result: each is a few hundred MB.
-            for old in (cache / "dockerfile-images").iterdir():
-                if old.is_dir() and old.name != tmp.name:
-                    shutil.rmtree(old, ignore_errors=True)
-            os.replace(tmp, done)
-        else:
-            log(f"up to date (inputs {key[:16]}): {done}")
-        written = {}
+        (cache / "dockerfile-context").mkdir(exist_ok=True)
+        staged = Path(tempfile.mkdtemp(dir=cache / "dockerfile-context"))
+        try:
+            return _build_staged(args, cache, stage_context(dockerfile, context, staged), staged, helm, rootfs,
+                                 out_dir, names, cached_names)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+
+
+def _build_staged(args: argparse.Namespace, cache: Path, dockerfile: Path, context: Path, helm: Path, rootfs: Path,
+                  out_dir: Path, names: dict[str, list[str]], cached_names: dict[str, list[str]]
+                  ) -> dict[str, list[str]]:
+    results = cache / "dockerfile-images"
+    key = content_key(dockerfile, context, helm, rootfs)
+    done = results / key
+    if args.force or not all((done / f"{t}.tar").is_file() for t in TARGETS):
+        b = Buildah(cache / "buildah")
+        subprocess.run(b.argv("rm", "--all"), capture_output=True)
+        base = make_base_image(b, rootfs)
+        python_image = make_python_image(b, base)
+        tmp = done.with_name(key + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
         for target in TARGETS:
-            dest = out_dir / f"{target}.tar"
-            place(done / f"{target}.tar", dest, names[target], cached_names[target])
-            written[str(dest)] = names[target]
-        (out_dir / "dockerfile-images.sha256").write_text(key + "\n")
+            image = f"localhost/cri-resmgr-dockerfile-{target}:{key[:16]}"
+            build_target(b, target, dockerfile, context, helm, python_image, base, image)
+            export(b, image, tmp / f"{target}.tar", cached_names[target])
+        prune(b, keep=(base, python_image))
+        shutil.rmtree(done, ignore_errors=True)
+        os.replace(tmp, done)
+        # Keep the newest few results (each is ~750 MB): parallel sessions on different trees share the cache.
+        kept = sorted((d for d in results.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
+        for old in kept[KEEP_RESULTS:]:
+            shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.utime(done)  # recently used
+        log(f"up to date (inputs {key[:16]}): {done}")
+    written = {}
+    for target in TARGETS:
+        dest = out_dir / f"{target}.tar"
+        place(done / f"{target}.tar", dest, names[target], cached_names[target])
+        written[str(dest)] = names[target]
+    (out_dir / "dockerfile-images.sha256").write_text(key + "\n")
     return written
 
 

@@ -8,6 +8,7 @@ failed lookup or an unreachable network, never as traffic to an upstream registr
 from __future__ import annotations
 
 import importlib.util
+import os
 import secrets
 import subprocess
 import sys
@@ -23,6 +24,9 @@ from fixtures.procs import free_port
 from fixtures.tools import Tools
 
 REPO = Path(__file__).resolve().parents[3]
+# This machine's own network namespace, held open from import time (before any test enters its own):
+# builds that need PyPI run there.
+HOST_NET_FD = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
 
 
 def load_hack(name: str) -> ModuleType:
@@ -93,7 +97,9 @@ def dockerfile_image_tars(tmp_path_factory: pytest.TempPathFactory) -> list[Path
     """The Dockerfile-built images under their default names, those of charts/images.yaml (cached: warm in
     seconds, a cold build takes minutes)."""
     out = tmp_path_factory.mktemp("dockerfile-images")
-    r = subprocess.run([sys.executable, str(REPO / "hacks" / "build-dockerfile-images.py"), "--output-dir", str(out)],
-                       capture_output=True, text=True, timeout=2400)
+    # The build reaches PyPI, so it runs in this machine's network namespace, not the tests' loopback-only one.
+    r = subprocess.run(["nsenter", f"--net=/proc/self/fd/{HOST_NET_FD}", sys.executable,
+                        str(REPO / "hacks" / "build-dockerfile-images.py"), "--output-dir", str(out)],
+                       capture_output=True, text=True, timeout=2400, pass_fds=(HOST_NET_FD,))
     assert r.returncode == 0, f"build-dockerfile-images.py failed:\n{r.stderr[-6000:]}"
     return [out / "extension.tar", out / "installation.tar"]

@@ -8,11 +8,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from integration.ship.dockerfile_build import SCRIPT, build_dockerfile_images
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2700)]
-
-REPO = Path(__file__).resolve().parents[3]
-SCRIPT = REPO / "hacks" / "build-dockerfile-images.py"
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -24,9 +22,10 @@ def repo_tags(archive: Path) -> list[str]:
         return [t for entry in json.load(tar.extractfile("manifest.json")) for t in entry["RepoTags"]]
 
 
-def test_unchanged_inputs_come_from_the_cache(dockerfile_images: dict[str, Path], tmp_path: Path) -> None:
-    # The session fixture built (or found) the images; the same inputs under other names are not rebuilt.
-    r = run("--output-dir", str(tmp_path), "--registry", "127.0.0.1:5000/other", "--tag", "t2")
+def test_unchanged_inputs_come_from_the_cache(dockerfile_images: dict[str, Path], dockerfile_context: Path,
+                                              tmp_path: Path) -> None:
+    # The session fixture built (or found) the images from this context; under other names they are not rebuilt.
+    r = build_dockerfile_images(dockerfile_context, tmp_path, "--registry", "127.0.0.1:5000/other", "--tag", "t2")
     assert r.returncode == 0, r.stderr
     assert "up to date" in r.stderr and "buildah bud" not in r.stderr, r.stderr
     assert repo_tags(tmp_path / "installation.tar") == ["127.0.0.1:5000/other/cri-resmgr-installer:t2",
