@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -207,10 +208,14 @@ class Demo:
                       f"get pods -A -o wide\n  stop it: .venv/bin/python hacks/landscape.py --dir {st['workdir']} down",
                       flush=True)
             else:
-                left = self.land.down()
+                left = self.land.down(keep_logs=not ok)
                 if left:
                     ok = False
                     print(f"demo: left behind: {left}", flush=True)
+                elif ok:
+                    shutil.rmtree(self.workdir, ignore_errors=True)
+                else:
+                    print(f"demo: component logs kept in {self.land.logs}", flush=True)
         print("demo: " + ("all steps passed" if ok else "FAILED (see above)"), flush=True)
         return 0 if ok else 1
 
