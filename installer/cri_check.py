@@ -10,7 +10,7 @@ import grpc
 from cri_api.v1 import api_pb2, api_pb2_grpc
 
 from installer.host import Host
-from resmgr.sockets import endpoint_path
+from resmgr.rpc.sockets import endpoint_path
 
 log = logging.getLogger("installer.cri_check")
 

@@ -12,15 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 from resmgr import __version__
-from resmgr.cache import CacheError, reset_cache
 from resmgr.config import ConfigError
 from resmgr.configplane import ConfigPlaneHandle, start_config_plane
 from resmgr.configplane.hook import AdjustingHook
 from resmgr.configplane.rm_applier import ResourceManagerApplier
-from resmgr.dump import Dumper
-from resmgr.hooks import ResourceManagerHook
 from resmgr.logsetup import add_logging_arguments, parse_debug_modules, set_debug_modules, setup_logging
-from resmgr.metrics import RelayMetrics, serve_metrics
+from resmgr.manager.cache import CacheError, reset_cache
+from resmgr.manager.resource_manager import ResourceManager
+from resmgr.relay.dump import Dumper
+from resmgr.relay.hooks import ResourceManagerHook
+from resmgr.relay.metrics import RelayMetrics, serve_metrics
 from resmgr.relay.server import (
     DEFAULT_PID_FILE,
     DEFAULT_RELAY_SOCKET,
@@ -36,8 +37,7 @@ from resmgr.relay.settings import (
     settings_from_config,
 )
 from resmgr.relay.startup import StartupError
-from resmgr.resource_manager import ResourceManager
-from resmgr.sockets import SocketInUse
+from resmgr.rpc.sockets import SocketInUse
 from resmgr.topology import TopologyError
 
 log = logging.getLogger("resmgr.cli")

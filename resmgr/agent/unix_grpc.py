@@ -1,6 +1,6 @@
 """grpcio on unix sockets for cri-resmgr-agent: serving the Agent API, dialling the config socket.
 
-cri-resmgr itself serves and dials with grpclib (resmgr.unixrpc), to stay small.
+cri-resmgr itself serves and dials with grpclib (resmgr.rpc.unixrpc), to stay small.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from concurrent import futures
 
 import grpc
 
-from resmgr.sockets import remove_stale_socket
+from resmgr.rpc.sockets import remove_stale_socket
 
 log = logging.getLogger("resmgr.agent")
 

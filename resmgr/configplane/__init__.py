@@ -22,7 +22,7 @@ from resmgr.configplane.adjustments import ContainerOverride, ContainerView
 from resmgr.configplane.agent_client import AgentClient, AgentError
 from resmgr.configplane.plane import ConfigApplier, ConfigPlane
 from resmgr.configplane.server import serve_config
-from resmgr.unixrpc import UnaryServer
+from resmgr.rpc.unixrpc import UnaryServer
 
 __all__ = [
     "AgentClient",

@@ -8,7 +8,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from resmgr.proto import agent_pb2
-from resmgr.unixrpc import RpcError, UnaryClient
+from resmgr.rpc.unixrpc import RpcError, UnaryClient
 
 PATCH_TYPES = ("strategic", "merge", "json")
 AGENT_SERVICE = agent_pb2.DESCRIPTOR.services_by_name["Agent"]

@@ -7,7 +7,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from resmgr.configplane.plane import ConfigPlane
-from resmgr.hooks import ContainerUpdate, HookResult, ResourceManagerHook
+from resmgr.relay.hooks import ContainerUpdate, HookResult, ResourceManagerHook
 
 
 class AdjustingHook:

@@ -1,4 +1,4 @@
-"""A ConfigApplier over ``resmgr.resource_manager.ResourceManager``.
+"""A ConfigApplier over ``resmgr.manager.resource_manager.ResourceManager``.
 
 Configs go through ``ResourceManager.set_config`` (which persists the applied config
 in the cache under the relay dir, and refuses a policy switch at runtime) or, for the
@@ -16,8 +16,8 @@ from typing import Any
 
 from resmgr.config import ConfigError
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView, container_view
-from resmgr.hooks import ContainerUpdate
-from resmgr.resources import qos_from_resources
+from resmgr.manager.resources import qos_from_resources
+from resmgr.relay.hooks import ContainerUpdate
 
 log = logging.getLogger("resmgr.configplane")
 
@@ -62,7 +62,7 @@ class ResourceManagerApplier:
             self._active[cid] = override
 
     def apply_adjustments(self, overrides: dict[str, ContainerOverride]) -> dict[str, str]:
-        from resmgr.resource_manager import diff_placements
+        from resmgr.manager.placement_diff import diff_placements
 
         errors: dict[str, str] = {}
         with self.rm._lock:

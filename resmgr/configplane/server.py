@@ -1,10 +1,10 @@
-"""The Config service (resmgr/proto/config.proto) over a ConfigPlane, served with grpclib (resmgr.unixrpc)."""
+"""The Config service (resmgr/proto/config.proto) over a ConfigPlane, served with grpclib (resmgr.rpc.unixrpc)."""
 
 from __future__ import annotations
 
 from resmgr.configplane.plane import ConfigPlane
 from resmgr.proto import config_pb2
-from resmgr.unixrpc import UnaryServer, service_methods
+from resmgr.rpc.unixrpc import UnaryServer, service_methods
 
 CONFIG_SERVICE = config_pb2.DESCRIPTOR.services_by_name["Config"]
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from resmgr.config import ConfigError
+from resmgr.manager.resources import ContainerInfo, preference_annotation
 from resmgr.policy.base import (
     Grant,
     Placement,
@@ -30,7 +31,6 @@ from resmgr.policy.base import (
     resolve_cpu_resources,
 )
 from resmgr.policy.cpu_allocator import release_cpus, take_cpus
-from resmgr.resources import ContainerInfo, preference_annotation
 from resmgr.topology.cpuset import format_cpuset, parse_cpuset
 
 BALLOON_KEY = "balloon.balloons.cri-resource-manager.intel.com"

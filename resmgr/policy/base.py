@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from resmgr.config import ConfigError, parse_cpu_constraint
+from resmgr.manager.resources import KUBE_SYSTEM, ContainerInfo
 from resmgr.policy.cpu_allocator import take_cpus
-from resmgr.resources import KUBE_SYSTEM, ContainerInfo
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
 from resmgr.topology.model import Topology
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from resmgr.manager.resources import QOS_BESTEFFORT, QOS_GUARANTEED, ContainerInfo, preference_flag
 from resmgr.policy.base import (
     Grant,
     Placement,
@@ -26,7 +27,6 @@ from resmgr.policy.base import (
     resolve_cpu_resources,
 )
 from resmgr.policy.cpu_allocator import AllocationError, take_cpus
-from resmgr.resources import QOS_BESTEFFORT, QOS_GUARANTEED, ContainerInfo, preference_flag
 from resmgr.topology.cpuset import format_cpuset
 
 RESERVED = "reserved"

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import grpc
 
 from resmgr.relay.methods import IMAGE_SERVICE, MAX_MESSAGE_BYTES, split_path
-from resmgr.sockets import endpoint_path, endpoint_target
+from resmgr.rpc.sockets import endpoint_path, endpoint_target
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import grpc
 
-from resmgr.dump import Dumper
-from resmgr.metrics import RelayMetrics
 from resmgr.relay import forwarding
+from resmgr.relay.dump import Dumper
 from resmgr.relay.forwarding import Upstream
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import CriMethod, cri_methods, short_name
+from resmgr.relay.metrics import RelayMetrics
 
 log = logging.getLogger(__name__)
 

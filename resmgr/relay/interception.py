@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable
 
 from google.protobuf.message import Message
 
-from resmgr.cri import api_pb2
-from resmgr.hooks import ContainerUpdate, HookResult, ResourceManagerHook
-from resmgr.metrics import RelayMetrics
+from resmgr.relay.cri import api_pb2
+from resmgr.relay.hooks import ContainerUpdate, HookResult, ResourceManagerHook
 from resmgr.relay.methods import CriMethod
+from resmgr.relay.metrics import RelayMetrics
 
 log = logging.getLogger(__name__)
 

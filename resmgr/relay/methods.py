@@ -1,6 +1,6 @@
 """The CRI v1 method table: which service a path belongs to, its message types, whether it streams.
 
-Built from the descriptors in ``cri_api.v1.api_pb2`` (via resmgr.cri) so new CRI versions need no edits here.
+Built from the descriptors in ``cri_api.v1.api_pb2`` (via resmgr.relay.cri) so new CRI versions need no edits here.
 Methods missing from the table are still relayed (as raw bytes) by the forwarder.
 """
 
@@ -12,7 +12,7 @@ from functools import lru_cache
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
-from resmgr.cri import api_pb2
+from resmgr.relay.cri import api_pb2
 
 # The largest gRPC message containerd and kubelet accept (16 MiB); the relay passes any message up to it.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024

@@ -12,11 +12,11 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from resmgr.dump import Dumper
-from resmgr.hooks import INTERCEPTED_METHODS, NoopHook, ResourceManagerHook
-from resmgr.metrics import RelayMetrics
+from resmgr.relay.dump import Dumper
+from resmgr.relay.hooks import INTERCEPTED_METHODS, NoopHook, ResourceManagerHook
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import RUNTIME_SERVICE
+from resmgr.relay.metrics import RelayMetrics
 from resmgr.relay.splice import SpliceServer
 from resmgr.relay.startup import (
     RuntimeSnapshot,
@@ -25,8 +25,8 @@ from resmgr.relay.startup import (
     wait_for_runtime,
     write_pid_file,
 )
-from resmgr.sockets import endpoint_path, remove_stale_socket
-from resmgr.unixrpc import UnaryClient
+from resmgr.rpc.sockets import endpoint_path, remove_stale_socket
+from resmgr.rpc.unixrpc import UnaryClient
 
 if TYPE_CHECKING:
     from resmgr.relay.grpc_transport import GrpcTransport
@@ -71,7 +71,7 @@ class Relay:
             raise ValueError("the splice transport needs the image service on the runtime socket; use grpc")
         self.transport = transport
         # The relay's own calls (startup sync, container updates) use grpclib, never grpcio:
-        # importing grpcio would double the relay's memory (see resmgr.unixrpc).
+        # importing grpcio would double the relay's memory (see resmgr.rpc.unixrpc).
         self.runtime = UnaryClient(endpoint_path(runtime_socket))
         self.image = self.runtime if self.image_socket == runtime_socket else UnaryClient(
             endpoint_path(self.image_socket))

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from resmgr.dump import DumpConfig, dump_config_from_section
-from resmgr.metrics import DEFAULT_METRICS_ADDRESS
+from resmgr.relay.dump import DumpConfig, dump_config_from_section
+from resmgr.relay.metrics import DEFAULT_METRICS_ADDRESS
 
 log = logging.getLogger(__name__)
 

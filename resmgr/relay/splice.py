@@ -38,11 +38,11 @@ from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 
-from resmgr.dump import Dumper
-from resmgr.metrics import RelayMetrics
+from resmgr.relay.dump import Dumper
 from resmgr.relay.hpack_reader import HeaderReader
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import MAX_MESSAGE_BYTES, CriMethod, cri_methods, short_name
+from resmgr.relay.metrics import RelayMetrics
 
 log = logging.getLogger(__name__)
 

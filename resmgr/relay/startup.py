@@ -8,9 +8,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from resmgr.cri import api_pb2
-from resmgr.sockets import endpoint_path
-from resmgr.unixrpc import RpcError, UnaryClient
+from resmgr.relay.cri import api_pb2
+from resmgr.rpc.sockets import endpoint_path
+from resmgr.rpc.unixrpc import RpcError, UnaryClient
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-from resmgr.metrics import RelayMetrics
 from resmgr.relay.methods import cri_methods, short_name
+from resmgr.relay.metrics import RelayMetrics
 
 log = logging.getLogger(__name__)
 

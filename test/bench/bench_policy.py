@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit" / "policy
 from cri_requests import create_request, pod_config  # noqa: E402
 
 from resmgr.config import validate_config_text  # noqa: E402
-from resmgr.resource_manager import ResourceManager  # noqa: E402
+from resmgr.manager.resource_manager import ResourceManager  # noqa: E402
 from resmgr.topology import discover_topology  # noqa: E402
 
 RUNNING = 200

@@ -19,8 +19,8 @@ from fixtures.cri_objects import make_container_config, make_pod_config, write_j
 from fixtures.sysfs_builder import THIS_MACHINE, build_sysfs
 
 from resmgr.config import validate_config_text
+from resmgr.manager.resource_manager import ResourceManager
 from resmgr.relay.server import Relay
-from resmgr.resource_manager import ResourceManager
 from resmgr.topology import discover_topology, format_cpuset
 
 pytestmark = pytest.mark.integration

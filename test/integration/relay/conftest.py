@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from integration.relay.relay_process import RelayProcess, running_relay
 
-from resmgr.hooks import NoopHook, ResourceManagerHook
+from resmgr.relay.hooks import NoopHook, ResourceManagerHook
 from resmgr.relay.server import Relay
 
 DUMP_CONFIG = """\

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from integration.relay.relay_process import SocketPump
 
-from resmgr.hooks import INTERCEPTED_METHODS
+from resmgr.relay.hooks import INTERCEPTED_METHODS
 
 RUNTIME = "/runtime.v1.RuntimeService/"
 

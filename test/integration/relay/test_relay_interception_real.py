@@ -8,7 +8,7 @@ import time
 from cri_api.v1 import api_pb2
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
 
-from resmgr.hooks import ContainerUpdate, HookResult, NoopHook
+from resmgr.relay.hooks import ContainerUpdate, HookResult, NoopHook
 
 
 def eventually(check, timeout: float = 10) -> bool:

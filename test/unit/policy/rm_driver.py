@@ -10,8 +10,8 @@ from cri_api.v1 import api_pb2
 from cri_requests import create_request, pod_config
 
 from resmgr.config import validate_config_text
-from resmgr.hooks import ContainerUpdate
-from resmgr.resource_manager import ResourceManager
+from resmgr.manager.resource_manager import ResourceManager
+from resmgr.relay.hooks import ContainerUpdate
 from resmgr.topology import Topology
 
 

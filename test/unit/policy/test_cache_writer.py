@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from resmgr.cache import Cache, CacheData
+from resmgr.manager.cache import Cache, CacheData
 
 
 def state(n: int) -> bytes:

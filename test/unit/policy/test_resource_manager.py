@@ -9,9 +9,9 @@ import pytest
 from cri_api.v1 import api_pb2
 from rm_driver import Driver
 
-from resmgr.cache import CACHE_VERSION, Cache, CacheError, reset_cache
 from resmgr.config import ConfigError, validate_config_text
-from resmgr.resource_manager import ResourceManager
+from resmgr.manager.cache import CACHE_VERSION, Cache, CacheError, reset_cache
+from resmgr.manager.resource_manager import ResourceManager
 from resmgr.topology import Topology, parse_cpuset
 
 STATIC = "policy:\n  Active: static\n  ReservedResources:\n    cpu: cpuset:0,64\n"
@@ -227,7 +227,7 @@ def test_crash_between_create_and_answer(topologies: dict[str, Topology], tmp_pa
 
 def test_config_files_too_big_or_binary(tmp_path: Path) -> None:
     from resmgr.config import MAX_CONFIG_BYTES
-    from resmgr.resource_manager import read_config_file
+    from resmgr.manager.resource_manager import read_config_file
 
     big = tmp_path / "big.cfg"
     big.write_text("logger:\n  Debug: " + "x" * (MAX_CONFIG_BYTES + 10) + "\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from cri_requests import create_request, pod_config
 
-from resmgr.resources import (
+from resmgr.manager.resources import (
     QOS_BESTEFFORT,
     QOS_BURSTABLE,
     QOS_GUARANTEED,
@@ -95,6 +95,6 @@ def test_webhook_annotation_gives_exact_resources_and_qos() -> None:
 @pytest.mark.parametrize(("text", "value"), [("1Gi", 1 << 30), ("512M", 512_000_000), (1024, 1024),
                                              ("1.5Ki", 1536), ("2e3", 2000)])
 def test_memory_quantities(text: object, value: int) -> None:
-    from resmgr.resources import parse_memory_quantity
+    from resmgr.manager.resources import parse_memory_quantity
 
     assert parse_memory_quantity(text) == value

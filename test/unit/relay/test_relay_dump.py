@@ -7,7 +7,7 @@ import json
 import pytest
 from cri_api.v1 import api_pb2
 
-from resmgr.dump import DumpConfig, DumpConfigError, Dumper, dump_config_from_section, parse_dump_rules
+from resmgr.relay.dump import DumpConfig, DumpConfigError, Dumper, dump_config_from_section, parse_dump_rules
 
 CRI_RM_EXAMPLE = "off:.*,short:((Create)|(Start)|(Run)|(Update)|(Stop)|(Remove)).*"
 PATH = "/runtime.v1.RuntimeService/"

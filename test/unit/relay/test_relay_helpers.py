@@ -6,11 +6,11 @@ import urllib.request
 
 import pytest
 
-from resmgr.hooks import INTERCEPTED_METHODS
-from resmgr.metrics import RelayMetrics, parse_address, serve_metrics
 from resmgr.relay.forwarding import forwardable_metadata
+from resmgr.relay.hooks import INTERCEPTED_METHODS
 from resmgr.relay.methods import IMAGE_SERVICE, RUNTIME_SERVICE, cri_methods, short_name, split_path
-from resmgr.sockets import endpoint_path, endpoint_target
+from resmgr.relay.metrics import RelayMetrics, parse_address, serve_metrics
+from resmgr.rpc.sockets import endpoint_path, endpoint_target
 
 
 def test_endpoints():

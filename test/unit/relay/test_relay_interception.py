@@ -14,10 +14,10 @@ from fixtures.hypothesis_profiles import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resmgr.hooks import INTERCEPTED_METHODS, ContainerUpdate, HookResult, NoopHook
-from resmgr.metrics import RelayMetrics
+from resmgr.relay.hooks import INTERCEPTED_METHODS, ContainerUpdate, HookResult, NoopHook
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import RUNTIME_SERVICE, cri_methods
+from resmgr.relay.metrics import RelayMetrics
 
 CREATE = cri_methods()[f"/{RUNTIME_SERVICE}/CreateContainer"]
 

@@ -17,10 +17,10 @@ import h2.events
 import pytest
 from cri_api.v1 import api_pb2
 
-from resmgr.dump import Dumper
-from resmgr.hooks import INTERCEPTED_METHODS, HookResult, NoopHook
-from resmgr.metrics import RelayMetrics
+from resmgr.relay.dump import Dumper
+from resmgr.relay.hooks import INTERCEPTED_METHODS, HookResult, NoopHook
 from resmgr.relay.interception import Interceptor
+from resmgr.relay.metrics import RelayMetrics
 from resmgr.relay.splice import SpliceServer, _Connection, grpc_frame, grpc_message
 
 CREATE = "/runtime.v1.RuntimeService/CreateContainer"

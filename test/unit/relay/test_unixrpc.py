@@ -1,4 +1,4 @@
-"""resmgr.unixrpc (grpclib on unix sockets) and resmgr.cri: cri-resmgr's own calls without grpcio."""
+"""resmgr.rpc.unixrpc (grpclib on unix sockets) and resmgr.relay.cri: cri-resmgr's own calls without grpcio."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import grpc
 import pytest
 
 from resmgr.proto import config_pb2
-from resmgr.sockets import SocketInUse
-from resmgr.unixrpc import RpcError, UnaryClient, UnaryServer, method_path, service_methods
+from resmgr.rpc.sockets import SocketInUse
+from resmgr.rpc.unixrpc import RpcError, UnaryClient, UnaryServer, method_path, service_methods
 
 CONFIG = config_pb2.DESCRIPTOR.services_by_name["Config"]
 SET_CONFIG = method_path(CONFIG, "SetConfig")
@@ -154,9 +154,9 @@ def test_cri_resmgr_never_imports_grpcio() -> None:
 
 
 def test_cri_api_package_still_works_after_deferred_init() -> None:
-    out = run_python("import resmgr.cri, cri_api\n"
+    out = run_python("import resmgr.relay.cri, cri_api\n"
                      "from cri_api import RuntimeServiceStub, VersionRequest\n"
                      "from cri_api.v1 import api_pb2\n"
-                     "assert VersionRequest is api_pb2.VersionRequest is resmgr.cri.api_pb2.VersionRequest\n"
+                     "assert VersionRequest is api_pb2.VersionRequest is resmgr.relay.cri.api_pb2.VersionRequest\n"
                      "print(RuntimeServiceStub.__module__)")
     assert out == "cri_api.v1.api_pb2_grpc"

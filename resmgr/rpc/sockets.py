@@ -8,7 +8,7 @@ import os
 import socket
 import stat
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("resmgr.sockets")
 
 
 class SocketInUse(RuntimeError):

@@ -1,6 +1,6 @@
 """The resource manager: the relay's hook that applies the active policy to CRI requests.
 
-It implements ``resmgr.hooks.ResourceManagerHook``:
+It implements ``resmgr.relay.hooks.ResourceManagerHook``:
 
 * ``RunPodSandbox``: records the pod (after the runtime assigned its id).
 * ``CreateContainer``: estimates the container's resources, lets the policy decide,
@@ -30,12 +30,10 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from resmgr.cache import CACHE_VERSION, DEFAULT_RELAY_DIR, Cache, CacheData
 from resmgr.config import MAX_CONFIG_BYTES, ConfigError, validate_config, validate_config_text
-from resmgr.hooks import ContainerUpdate, HookResult
-from resmgr.policy.base import Placement, Policy, RestoreError
-from resmgr.policy.registry import active_policy_name, create_policy
-from resmgr.resources import (
+from resmgr.manager.cache import CACHE_VERSION, DEFAULT_RELAY_DIR, Cache, CacheData
+from resmgr.manager.placement_diff import PENDING_PREFIX, diff_groups, diff_placements, fmt_cpus
+from resmgr.manager.resources import (
     ContainerInfo,
     PodInfo,
     container_from_create_request,
@@ -44,13 +42,15 @@ from resmgr.resources import (
     pod_from_listed_sandbox,
     pod_from_sandbox_config,
 )
+from resmgr.policy.base import Policy, RestoreError
+from resmgr.policy.registry import active_policy_name, create_policy
+from resmgr.relay.hooks import ContainerUpdate, HookResult
 from resmgr.topology.cpuset import format_cpuset
 from resmgr.topology.model import Topology
 from resmgr.topology.sysfs import discover_topology
 
 log = logging.getLogger("resmgr.resource-manager")
 
-PENDING_PREFIX = "pending:"
 # CRI ContainerState values (runtime.v1.ContainerState).
 CONTAINER_EXITED = 2
 
@@ -69,73 +69,6 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError("<document>", f"cannot read config file: {exc.strerror or exc}", source=str(path)) from None
     return validate_config_text(text, source=str(path))
-
-
-def _fmt(cpus: frozenset[int] | None) -> str | None:
-    return None if cpus is None else format_cpuset(cpus)
-
-
-def diff_placements(old: dict[str, Placement], new: dict[str, Placement], *, skip: str = "",
-                    reason: str = "") -> list[ContainerUpdate]:
-    """ContainerUpdates for containers present in both whose cpuset/mems changed."""
-    updates: list[ContainerUpdate] = []
-    same: dict[tuple[int, int], bool] = {}  # shared pools are one object for many containers
-    for cid, now in new.items():
-        if cid == skip or cid.startswith(PENDING_PREFIX):
-            continue
-        before = old.get(cid)
-        if before is None or before is now:
-            continue
-        key = (id(before), id(now))
-        equal = same.get(key)
-        if equal is None:
-            equal = same[key] = before == now
-        if equal:
-            continue
-        cpus, mems = now
-        if cpus is None and mems is None:
-            continue
-        updates.append(ContainerUpdate(container_id=cid, cpuset_cpus=_fmt(cpus), cpuset_mems=_fmt(mems),
-                                       reason=reason))
-    return updates
-
-
-def diff_groups(policy: Any, old_state: dict[str, Any], *, skip: str = "",
-                reason: str = "") -> list[ContainerUpdate]:
-    """ContainerUpdates for members of the policy's groups (shared pools, balloons) that changed.
-
-    This runs on every decision, for up to all running containers, so it is kept tight:
-    members sharing one placement object get their cpuset strings formatted once.
-    """
-    updates: list[ContainerUpdate] = []
-    placement = policy.placement
-    for key, now in policy.group_state().items():
-        before = old_state.get(key)
-        if before is now or before == now:
-            continue
-        members = policy.members.get(key)
-        if not members:
-            continue
-        common = policy.group_placement(key)
-        if common is not None:
-            cpus, mems = common
-            if cpus is not None or mems is not None:
-                c, m = _fmt(cpus), _fmt(mems)
-                updates += [ContainerUpdate(cid, c, m, reason) for cid in members if cid != skip]
-            continue
-        # id(placement) -> (placement, strings); holding the placement keeps its id from being reused.
-        memo: dict[int, tuple[Any, tuple[str | None, str | None] | None]] = {}
-        for cid in members:
-            if cid == skip:
-                continue
-            p = placement(cid)
-            hit = memo.get(id(p))
-            if hit is None:
-                cpus, mems = p
-                hit = memo[id(p)] = (p, None if cpus is None and mems is None else (_fmt(cpus), _fmt(mems)))
-            if hit[1] is not None:
-                updates.append(ContainerUpdate(cid, hit[1][0], hit[1][1], reason))
-    return updates
 
 
 class ResourceManager:
@@ -317,7 +250,7 @@ class ResourceManager:
     def placements(self) -> dict[str, tuple[str | None, str | None]]:
         """Container id -> (cpuset cpus, cpuset mems) as the policy wants them now."""
         with self._lock:
-            return {cid: (_fmt(c), _fmt(m)) for cid, (c, m) in self.policy.placements().items()
+            return {cid: (fmt_cpus(c), fmt_cpus(m)) for cid, (c, m) in self.policy.placements().items()
                     if not cid.startswith(PENDING_PREFIX)}
 
     # -- relay entry points besides the hook protocol ---------------------------------------------
@@ -597,14 +530,14 @@ class ResourceManager:
             for cid in [*adopted, *unknown]:
                 cpus, mems = new.get(cid, (None, None))
                 if (cpus is not None or mems is not None) and cid not in pending:
-                    updates.append(ContainerUpdate(cid, _fmt(cpus), _fmt(mems), reason="re-placed at startup"))
+                    updates.append(ContainerUpdate(cid, fmt_cpus(cpus), fmt_cpus(mems), reason="re-placed at startup"))
                     pending.add(cid)
             self._unsynced.clear()
             for cid, res in resources.items():
                 if cid in pending or cid not in new or not res.HasField("linux"):
                     continue
                 cpus, mems = new[cid]
-                want_c, want_m = _fmt(cpus), _fmt(mems)
+                want_c, want_m = fmt_cpus(cpus), fmt_cpus(mems)
                 if (want_c is not None and want_c != res.linux.cpuset_cpus) or (
                         want_m is not None and want_m != res.linux.cpuset_mems):
                     updates.append(ContainerUpdate(cid, want_c, want_m, reason="cgroup disagrees with policy"))

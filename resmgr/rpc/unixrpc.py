@@ -28,9 +28,9 @@ from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.server import Server, Stream
 
-from resmgr.sockets import remove_stale_socket
+from resmgr.rpc.sockets import remove_stale_socket
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("resmgr.unixrpc")
 
 SOCKET_MODE = 0o660
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("resmgr.metrics")
 
 DEFAULT_METRICS_ADDRESS = ":8891"
 

@@ -35,7 +35,7 @@ from google.protobuf.message import DecodeError, Message
 from resmgr.cache import DEFAULT_RELAY_DIR
 from resmgr.relay.methods import cri_methods
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("resmgr.dump")
 
 LEVELS = ("off", "short", "full")
 SHORT_LIMIT = 200
