@@ -20,20 +20,17 @@ from __future__ import annotations
 import atexit
 import gc
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from cri_api.v1 import api_pb2
 from fixtures.sysfs_builder import EIGHT_NUMA_256, build_sysfs
+from unit.resmgr.cri_requests import create_request, pod_config
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit" / "policy"))
-from cri_requests import create_request, pod_config  # noqa: E402
-
-from resmgr.config import validate_config_text  # noqa: E402
-from resmgr.manager.resource_manager import ResourceManager  # noqa: E402
-from resmgr.topology import discover_topology  # noqa: E402
+from resmgr.config import validate_config_text
+from resmgr.manager.resource_manager import ResourceManager
+from resmgr.topology import discover_topology
 
 RUNNING = 200
 TARGET_P99_MS = 1.0

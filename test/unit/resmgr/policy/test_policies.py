@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fixtures.seed_configs import SEED_BALLOONS, UPSTREAM_BALLOONS
-from policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
+from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
 
 from resmgr.config import POLICY_NAMES, ConfigError, validate_config_text
 from resmgr.policy.registry import available_policies, create_policy

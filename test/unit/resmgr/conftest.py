@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from fixtures.sysfs_builder import EIGHT_NUMA_256, THIS_MACHINE, TWO_SOCKETS, build_sysfs
 
-sys.path.insert(0, str(Path(__file__).parent))  # for cri_requests
-
-from fixtures.sysfs_builder import EIGHT_NUMA_256, THIS_MACHINE, TWO_SOCKETS, build_sysfs  # noqa: E402
-
-from resmgr.topology import Topology, discover_topology  # noqa: E402
+from resmgr.topology import Topology, discover_topology
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,11 @@ import hpack
 import pytest
 from cri_api.v1 import api_pb2
 
-from resmgr import dump as dump_module
-from resmgr.dump import DumpConfig, Dumper, dump_path, parse_dump_rules
-from resmgr.hooks import NoopHook
-from resmgr.metrics import RelayMetrics
+from resmgr.relay import dump as dump_module
+from resmgr.relay.dump import DumpConfig, Dumper, dump_path, parse_dump_rules
+from resmgr.relay.hooks import NoopHook
 from resmgr.relay.interception import Interceptor
+from resmgr.relay.metrics import RelayMetrics
 from resmgr.relay.splice import DATA, SpliceServer, _Connection
 
 PATH = "/runtime.v1.RuntimeService/"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from resmgr.proto.check import stale_files
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def test_generated_code_is_up_to_date():

@@ -8,7 +8,7 @@ import tempfile
 import time
 
 import pytest
-from unit.configplane.applier_helpers import RecordingApplier
+from unit.resmgr.configplane.applier_helpers import RecordingApplier
 
 from resmgr.agent.controller import AgentState, Pusher
 from resmgr.agent.target import ConfigSocketTarget

@@ -30,7 +30,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from rm_driver import Driver
+from unit.resmgr.rm_driver import Driver
 
 from resmgr.config import validate_config_text
 from resmgr.topology import Topology, parse_cpuset

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cri_api.v1 import api_pb2
-from cri_requests import create_request, pod_config
+from unit.resmgr.cri_requests import create_request, pod_config
 
 from resmgr.config import validate_config_text
 from resmgr.manager.resource_manager import ResourceManager

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from cri_requests import create_request, pod_config
+from unit.resmgr.cri_requests import create_request, pod_config
 
 from resmgr.manager.resources import (
     QOS_BESTEFFORT,

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 from fixtures.config_bombs import BOMBS
-from unit.configplane.applier_helpers import RecordingApplier
+from unit.resmgr.configplane.applier_helpers import RecordingApplier
 
 from resmgr.agent.unix_grpc import unix_channel
 from resmgr.configplane.adjustments import ContainerView

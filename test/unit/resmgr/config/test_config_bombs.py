@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fixtures.config_bombs import BOMBS, alias_bomb, depth_bomb
 
-from resmgr.cache import Cache
 from resmgr.config import ConfigError, validate_config, validate_config_sections, validate_config_text
+from resmgr.manager.cache import Cache
 
 
 @pytest.mark.parametrize("kind", sorted(BOMBS))

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from policy_helpers import burstable, ctr, guaranteed
+from unit.resmgr.policy_helpers import burstable, ctr, guaranteed
 
 from resmgr.config import validate_config_text
 from resmgr.policy.registry import create_policy
 from resmgr.topology import Topology
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples" / "configs").glob("*.yaml"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[4] / "examples" / "configs").glob("*.yaml"))
 
 
 def test_examples_exist() -> None:

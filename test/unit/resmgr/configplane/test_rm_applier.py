@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from fixtures.sysfs_builder import Shape, build_sysfs
+from unit.resmgr.rm_driver import Driver
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))  # the policy tests' CRI driver
-
-from rm_driver import Driver  # noqa: E402
-
-from resmgr.configplane.adjustments import ContainerOverride  # noqa: E402
-from resmgr.configplane.plane import ConfigPlane  # noqa: E402
-from resmgr.configplane.rm_applier import ResourceManagerApplier  # noqa: E402
-from resmgr.topology import discover_topology  # noqa: E402
+from resmgr.configplane.adjustments import ContainerOverride
+from resmgr.configplane.plane import ConfigPlane
+from resmgr.configplane.rm_applier import ResourceManagerApplier
+from resmgr.topology import discover_topology
 
 STATIC = "policy:\n  Active: static\n  ReservedResources:\n    cpu: cpuset:0\n"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from cri_api.v1 import api_pb2
-from rm_driver import Driver
+from unit.resmgr.rm_driver import Driver
 
 from resmgr.config import ConfigError, validate_config_text
 from resmgr.manager.cache import CACHE_VERSION, Cache, CacheError, reset_cache
@@ -207,7 +207,7 @@ def test_remove_pod_releases_everything(topologies: dict[str, Topology], tmp_pat
 
 def test_crash_between_create_and_answer(topologies: dict[str, Topology], tmp_path: Path) -> None:
     """The relay dies after CreateContainer was decided and sent, before ``after`` recorded it."""
-    from cri_requests import create_request
+    from unit.resmgr.cri_requests import create_request
 
     d = Driver(topologies["2s-2n-16c-2t"], tmp_path, STATIC)
     be = d.create(d.run_pod("be"), "c")
