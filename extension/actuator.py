@@ -1,7 +1,9 @@
 """The actuator: Reconcile, Delete, ForceDelete, Migrate and Restore of one Extension.
 
-It orchestrates the plain modules (configs, image vector, chart rendering,
-ManagedResources); the kopf handlers only map Gardener's annotations onto it.
+It reads the inputs (providerConfig, base configs, image vector) and composes two
+components, the installation (``extension.installation``) and the monitoring
+(``extension.monitoring``), each with Deploy, Wait and Destroy (``extension.component``);
+migrate is destroy with keepObjects. The reconciler maps Gardener's annotations onto it.
 Waiting is never done by sleeping: a step that is not done yet raises
 WaitingError and is checked again later.
 """
@@ -13,17 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extension import chart_render, health, imagevector, managed_resources, monitoring
 from extension import constants as c
-from extension.cluster import ClusterInfo
+from extension.component import ManagedResourceComponent, NotHealthy
 from extension.configs import SplitConfigs, merge_configs, validate_and_split
-from extension.errors import ConfigurationError, WaitingError
-from extension.kube import Apis, is_not_found
+from extension.errors import ConfigurationError, RetryLater
+from extension.gardener import imagevector
+from extension.gardener.cluster import ClusterInfo
+from extension.gardener.kube import Apis, is_not_found
+from extension.installation import INSTALL, UNINSTALL, Installation, InstallationValues
+from extension.monitoring import Monitoring
 from extension.provider_config import ProviderConfig, check_worker_pools, parse_provider_config
 
 log = logging.getLogger("extension.actuator")
-
-INSTALL, UNINSTALL = "install", "uninstall"
 
 
 @dataclass
@@ -38,18 +41,8 @@ class ActuatorSettings:
     metrics_port: int = 8891
 
 
-class UninstallTimeout(RuntimeError):
+class UninstallTimeout(RetryLater):
     """The uninstall rollout is not healthy in time; still waiting, but reported as an error."""
-
-    def __init__(self, message: str, delay: float) -> None:
-        self.delay = delay
-        super().__init__(message)
-
-
-@dataclass(frozen=True)
-class Rendered:
-    manifests: str
-    objects: list[dict[str, Any]]
 
 
 class Actuator:
@@ -91,33 +84,42 @@ class Actuator:
             "agent": imagevector.find_image(vector, c.AGENT_IMAGE, target_version=version).image(),
         }
 
-    # -- rendering ---------------------------------------------------------------------------------
+    # -- components --------------------------------------------------------------------------------
 
-    def render(self, cluster: ClusterInfo, pc: ProviderConfig, split: SplitConfigs, mode: str) -> Rendered:
-        values = {
-            "images": self.images(cluster),
-            "installer": {"mode": mode},
-            "configs": {"static": split.static, "dynamic": split.dynamic},
-            "nodeSelector": pc.node_selector,
-            "workerPools": list(pc.worker_pools),
-            "metrics": {"port": self.settings.metrics_port},
-        }
-        text = chart_render.helm_template(
-            self.settings.helm, self.settings.chart_dir, c.INSTALLATION_RELEASE_NAME, c.SHOOT_SYSTEM_NAMESPACE,
-            values, kube_version=cluster.kubernetes_version or None)
-        objects = chart_render.split_manifests(text)
-        chart_render.check_size(text)
-        return Rendered(manifests=text, objects=objects)
+    def installation(self, namespace: str, cluster: ClusterInfo, pc: ProviderConfig, split: SplitConfigs,
+                     mode: str) -> Installation:
+        values = InstallationValues(
+            images=self.images(cluster), mode=mode, static_configs=split.static, dynamic_configs=split.dynamic,
+            node_selector=pc.node_selector, worker_pools=pc.worker_pools, metrics_port=self.settings.metrics_port,
+            kubernetes_version=cluster.kubernetes_version or None)
+        return Installation(self.apis, namespace, values, helm=self.settings.helm, chart_dir=self.settings.chart_dir,
+                            poll_interval=self.settings.poll_interval)
 
-    def _deploy_runtime(self, namespace: str, rendered: Rendered) -> str:
-        data = {c.SECRET_DATA_KEY: rendered.manifests.encode()}
-        return managed_resources.deploy(self.apis, managed_resources.for_shoot(
-            namespace, c.MANAGED_RESOURCE_NAME, data))
+    def uninstallation(self, extension: dict[str, Any], cluster: ClusterInfo) -> Installation:
+        """The installation in uninstall mode: no configs, only the same node selection as the install."""
+        try:
+            pc = self.provider_config(extension)
+        except ConfigurationError:
+            pc = ProviderConfig()
+        return self.installation(extension["metadata"]["namespace"], cluster,
+                                 ProviderConfig(node_selector=pc.node_selector, worker_pools=pc.worker_pools),
+                                 SplitConfigs(), UNINSTALL)
 
-    def _deploy_monitoring(self, namespace: str) -> str:
-        data = {"scrape-config.yaml": monitoring.scrape_configmap(namespace, self.settings.metrics_port).encode()}
-        return managed_resources.deploy(self.apis, managed_resources.for_seed(
-            namespace, c.MONITORING_MANAGED_RESOURCE_NAME, data))
+    def installed(self, namespace: str) -> ManagedResourceComponent:
+        """The installation as deployed, without values: enough to inspect and destroy it."""
+        return ManagedResourceComponent(self.apis, namespace, c.MANAGED_RESOURCE_NAME,
+                                        poll_interval=self.settings.poll_interval)
+
+    def components(self, namespace: str) -> list[ManagedResourceComponent]:
+        return [self.installed(namespace), self.monitoring(namespace)]
+
+    def monitoring(self, namespace: str) -> Monitoring:
+        return Monitoring(self.apis, namespace, metrics_port=self.settings.metrics_port,
+                          poll_interval=self.settings.poll_interval)
+
+    def destroy_all(self, namespace: str) -> None:
+        for component in self.components(namespace):
+            component.destroy()
 
     # -- operations --------------------------------------------------------------------------------
 
@@ -130,32 +132,19 @@ class Actuator:
         if cluster.hibernated:
             log.info("shoot is hibernated, nothing deployed", extra={"namespace": ns})
             return "Shoot is hibernated; nothing deployed"
-        rendered = self.render(cluster, pc, split, INSTALL)
-        secret = self._deploy_runtime(ns, rendered)
-        self._deploy_monitoring(ns)
-        log.info("deployed managed resource", extra={"namespace": ns, "secret": secret,
-                                                     "objects": len(rendered.objects)})
-        return f"Deployed {len(rendered.objects)} objects via secret {secret}"
+        installation = self.installation(ns, cluster, pc, split, INSTALL)
+        secret = installation.deploy()
+        self.monitoring(ns).deploy()
+        objects = len(installation.render().objects)
+        log.info("deployed managed resource", extra={"namespace": ns, "secret": secret, "objects": objects})
+        return f"Deployed {objects} objects via secret {secret}"
 
     def restore(self, extension: dict[str, Any], cluster: ClusterInfo) -> str:
         return self.reconcile(extension, cluster)
 
-    def delete_without_waiting(self, namespace: str) -> None:
-        for name in (c.MANAGED_RESOURCE_NAME, c.MONITORING_MANAGED_RESOURCE_NAME):
-            managed_resources.delete(self.apis, namespace, name)
-
     def force_delete(self, extension: dict[str, Any]) -> str:
-        self.delete_without_waiting(extension["metadata"]["namespace"])
+        self.destroy_all(extension["metadata"]["namespace"])
         return "Force-deleted managed resources without waiting"
-
-    def _uninstall_render(self, extension: dict[str, Any], cluster: ClusterInfo) -> Rendered:
-        # Uninstall needs no configs, only the same node selection as the install.
-        try:
-            pc = self.provider_config(extension)
-        except ConfigurationError:
-            pc = ProviderConfig()
-        return self.render(cluster, ProviderConfig(node_selector=pc.node_selector,
-                                                   worker_pools=pc.worker_pools), SplitConfigs(), UNINSTALL)
 
     def delete(self, extension: dict[str, Any], cluster: ClusterInfo, runtime_seconds: float) -> str:
         """Roll the installer into uninstall mode, wait for it, then delete the ManagedResources."""
@@ -163,44 +152,37 @@ class Actuator:
         if cluster.force_deletion:
             return self.force_delete(extension)
         if cluster.hibernated or cluster.shoot_deleting:
-            self.delete_without_waiting(ns)
-            why = "hibernated" if cluster.hibernated else "being deleted"
-            return f"Shoot is {why}; deleted managed resources without waiting"
-        mr = managed_resources.get(self.apis, ns, c.MANAGED_RESOURCE_NAME)
-        if mr is None:
-            # Nothing (left) on the nodes: clean up leftovers and finish.
-            self.delete_without_waiting(ns)
+            self.destroy_all(ns)
+            return f"Shoot is {'hibernated' if cluster.hibernated else 'being deleted'}; " \
+                   "deleted managed resources without waiting"
+        installed = self.installed(ns)
+        mr = installed.current()
+        if mr is None:  # nothing (left) on the nodes: clean up leftovers and finish
+            self.destroy_all(ns)
             return "Deleted managed resources"
         if (mr.get("metadata") or {}).get("deletionTimestamp"):
-            raise WaitingError(f"waiting for managed resource {c.MANAGED_RESOURCE_NAME} to be deleted",
-                               self.settings.poll_interval)
-        rendered = self._uninstall_render(extension, cluster)
-        secret = self._deploy_runtime(ns, rendered)
-        mr = managed_resources.get(self.apis, ns, c.MANAGED_RESOURCE_NAME)
-        if not health.is_healthy(mr, secret_name=secret):
-            _, _, detail = health.assess(mr, hibernated=False)
+            installed.wait_cleanup()
+        uninstallation = self.uninstallation(extension, cluster)
+        secret = uninstallation.deploy()
+        try:
+            uninstallation.wait_healthy(secret, "uninstall rollout")
+        except NotHealthy as err:
             if runtime_seconds > self.settings.uninstall_timeout:
                 raise UninstallTimeout(
                     f"uninstall rollout not healthy after {int(runtime_seconds)}s "
-                    f"(timeout {int(self.settings.uninstall_timeout)}s): {detail}; still waiting",
-                    self.settings.poll_interval)
-            raise WaitingError(f"waiting for the uninstall rollout to become healthy: {detail}",
-                               self.settings.poll_interval)
+                    f"(timeout {int(self.settings.uninstall_timeout)}s): {err.detail}; still waiting",
+                    self.settings.poll_interval) from None
+            raise
         log.info("uninstall rollout healthy, deleting managed resources", extra={"namespace": ns})
-        self.delete_without_waiting(ns)
-        if managed_resources.exists(self.apis, ns, c.MANAGED_RESOURCE_NAME):
-            raise WaitingError(f"waiting for managed resource {c.MANAGED_RESOURCE_NAME} to be deleted",
-                               self.settings.poll_interval)
+        self.destroy_all(ns)
+        installed.wait_cleanup()
         return "Uninstalled cri-resmgr and deleted managed resources"
 
     def migrate(self, extension: dict[str, Any]) -> str:
         """Keep the shoot's objects, drop our ManagedResources from this seed."""
-        ns = extension["metadata"]["namespace"]
-        for name in (c.MANAGED_RESOURCE_NAME, c.MONITORING_MANAGED_RESOURCE_NAME):
-            managed_resources.set_keep_objects(self.apis, ns, name, True)
-            managed_resources.delete(self.apis, ns, name)
-        for name in (c.MANAGED_RESOURCE_NAME, c.MONITORING_MANAGED_RESOURCE_NAME):
-            if managed_resources.exists(self.apis, ns, name):
-                raise WaitingError(f"waiting for managed resource {name} to be deleted",
-                                   self.settings.poll_interval)
+        components = self.components(extension["metadata"]["namespace"])
+        for component in components:
+            component.destroy(keep_objects=True)
+        for component in components:
+            component.wait_cleanup()
         return "Migrated: managed resources removed with keepObjects, node workload untouched"

@@ -91,9 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
-    from extension import chart_render, imagevector, logs
+    from extension import chart_render, logs
     from extension import constants as c
     from extension.errors import ConfigurationError
+    from extension.gardener import imagevector
 
     logs.setup(args.log_format, args.log_level)
     log = logging.getLogger("extension")

@@ -1,4 +1,4 @@
-"""Error kinds the actuator raises; the handlers map them onto Gardener status."""
+"""Error kinds the actuator and the reconciler raise; the reconciler maps them onto Gardener status."""
 
 from __future__ import annotations
 
@@ -16,9 +16,16 @@ class ConfigurationError(ValueError):
         super().__init__(f"{field}: {problem}" if field else problem)
 
 
-class WaitingError(RuntimeError):
-    """The operation is progressing but not done; check again after ``delay`` seconds."""
+class RetryLater(RuntimeError):
+    """The operation did not finish (an error was recorded, or it waits); run it again after ``delay`` seconds.
+
+    The reconciler raises it; the kopf wiring turns it into kopf's TemporaryError.
+    """
 
     def __init__(self, message: str, delay: float) -> None:
         self.delay = delay
         super().__init__(message)
+
+
+class WaitingError(RetryLater):
+    """The operation is progressing but not done; check again after ``delay`` seconds."""

@@ -1,4 +1,4 @@
-"""Seed-side scrape config for cri-resmgr's metrics, deployed as a seed-class ManagedResource.
+"""The monitoring component: seed-side scrape config for cri-resmgr's metrics, as a seed-class ManagedResource.
 
 Prometheus in the shoot namespace reaches the metrics Service in the shoot
 through the shoot's kube-apiserver proxy, as the Go extension configured it.
@@ -7,6 +7,11 @@ through the shoot's kube-apiserver proxy, as the Go extension configured it.
 from __future__ import annotations
 
 import yaml
+
+from extension import constants as c
+from extension.component import ManagedResourceComponent
+from extension.gardener import managed_resources
+from extension.gardener.kube import Apis
 
 SCRAPE_CONFIGMAP_NAME = "extension-cri-resmgr-monitoring-scrape-config"
 METRICS_SERVICE = "cri-resmgr-metrics"
@@ -57,3 +62,15 @@ def scrape_configmap(namespace: str, metrics_port: int = 8891) -> str:
         "data": {"scrape_config": yaml.safe_dump(scrape_config(metrics_port), sort_keys=False)},
     }
     return yaml.safe_dump(cm, sort_keys=False)
+
+
+class Monitoring(ManagedResourceComponent):
+    """The monitoring component: the scrape config as the seed-class ManagedResource of the shoot namespace."""
+
+    def __init__(self, apis: Apis, namespace: str, *, metrics_port: int, poll_interval: float) -> None:
+        super().__init__(apis, namespace, c.MONITORING_MANAGED_RESOURCE_NAME, poll_interval=poll_interval)
+        self.metrics_port = metrics_port
+
+    def spec(self) -> managed_resources.ManagedResourceSpec:
+        data = {"scrape-config.yaml": scrape_configmap(self.namespace, self.metrics_port).encode()}
+        return managed_resources.for_seed(self.namespace, self.name, data)

@@ -1,4 +1,4 @@
-"""Assemble the operator (API client, actuator, handlers, kopf settings) and run it."""
+"""Assemble the operator (API client, actuator, reconciler, kopf registry and settings) and run it."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pathlib import Path
 import kopf
 
 from extension.actuator import Actuator, ActuatorSettings
-from extension.handlers import Handlers, OperatorSettings, build_registry, kopf_settings
-from extension.kube import Apis, load_api_client
+from extension.gardener.kube import Apis, load_api_client
+from extension.handlers import build_registry, kopf_settings
+from extension.reconciler import OperatorSettings, Reconciler
 
 
 def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Path,
@@ -39,8 +40,7 @@ def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Pa
         retry_delay_min=args.retry_delay_min, retry_delay_max=args.retry_delay_max,
         peering_name=None if args.standalone else args.peering, peering_priority=args.priority,
         peering_lifetime=args.peering_lifetime)
-    handlers = Handlers(apis, actuator, settings)
-    registry = build_registry(handlers)
+    registry = build_registry(Reconciler(apis, actuator, settings))
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: object) -> kopf.ConnectionInfo | None:

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extension import imagevector
 from extension.errors import ConfigurationError
-from extension.versions import ConstraintError, matches, parse_version
+from extension.gardener import imagevector
+from extension.gardener.versions import ConstraintError, matches, parse_version
 
 REPO_IMAGES = "charts/images.yaml"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from extension import health, status, triggers
-from extension.managed_resources import data_checksum, reference_annotation_key, secret_name_for
+from extension.gardener import health, status, triggers
+from extension.gardener.managed_resources import data_checksum, reference_annotation_key, secret_name_for
 
 
 def ext(annotation=None, last=None, generation=1, observed=1, deleting=False, ext_type="cri-resmgr-extension"):
@@ -134,7 +134,7 @@ def test_cluster_change_triggers_only_in_ignore_mode():
 def test_cluster_digest_follows_what_matters():
     from fixtures.seed_api import default_shoot
 
-    from extension.cluster import cluster_info_from
+    from extension.gardener.cluster import cluster_info_from
 
     base = {"metadata": {"name": "ns"}, "spec": {"shoot": default_shoot("ns")}}
     info = cluster_info_from(base)

@@ -11,7 +11,7 @@ import datetime as dt
 from typing import Any
 
 from extension import constants as c
-from extension.kube import Apis, is_conflict, is_not_found
+from extension.gardener.kube import Apis, is_conflict, is_not_found
 
 # LastOperationType / LastOperationState values.
 CREATE, RECONCILE, DELETE, MIGRATE, RESTORE = "Create", "Reconcile", "Delete", "Migrate", "Restore"

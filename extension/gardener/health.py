@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from extension import constants as c
-from extension import managed_resources
-from extension.cluster import ClusterInfo
-from extension.kube import Apis
-from extension.status import now, patch_status
+from extension.gardener import managed_resources
+from extension.gardener.cluster import ClusterInfo
+from extension.gardener.kube import Apis
+from extension.gardener.status import now, patch_status
 
 APPLIED, HEALTHY, PROGRESSING = "ResourcesApplied", "ResourcesHealthy", "ResourcesProgressing"
 

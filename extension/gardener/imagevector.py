@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from extension.errors import ConfigurationError
-from extension.versions import ConstraintError, check_constraint, matches
+from extension.gardener.versions import ConstraintError, check_constraint, matches
 
 _FIELDS = ("name", "sourceRepository", "repository", "tag", "ref", "targetVersion", "runtimeVersion", "labels")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from extension import constants as c
-from extension.status import (
+from extension.gardener.status import (
     SUCCEEDED,
     annotations_of,
     last_operation_of,

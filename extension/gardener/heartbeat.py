@@ -8,7 +8,7 @@ import logging
 from kubernetes import client
 
 from extension import constants as c
-from extension.kube import Apis, is_conflict, is_not_found
+from extension.gardener.kube import Apis, is_conflict, is_not_found
 
 log = logging.getLogger("extension.heartbeat")
 

@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client
 
 from extension import constants as c
-from extension.kube import Apis, is_conflict, is_not_found
+from extension.gardener.kube import Apis, is_conflict, is_not_found
 
 log = logging.getLogger("extension.managed_resources")
 

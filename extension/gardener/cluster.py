@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extension import constants as c
-from extension.kube import Apis, is_not_found
+from extension.gardener.kube import Apis, is_not_found
 
 
 @dataclass(frozen=True)

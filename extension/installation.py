@@ -1,0 +1,75 @@
+"""The installation component: the internal chart (installer and agent DaemonSets, ConfigMaps, RBAC) for the shoot.
+
+Its values say which images run, in which mode the installer runs (install or uninstall), which
+configs go onto the nodes and which nodes are selected; ``deploy()`` renders the chart with helm
+and writes it as the shoot-class ManagedResource ``extension-runtime-cri-resmgr``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from extension import chart_render
+from extension import constants as c
+from extension.component import ManagedResourceComponent
+from extension.gardener import managed_resources
+from extension.gardener.kube import Apis
+
+INSTALL, UNINSTALL = "install", "uninstall"
+
+
+@dataclass(frozen=True)
+class InstallationValues:
+    """What the internal chart is rendered with."""
+
+    images: dict[str, str]
+    mode: str = INSTALL
+    static_configs: dict[str, str] = field(default_factory=dict)
+    dynamic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    worker_pools: tuple[str, ...] = ()
+    metrics_port: int = 8891
+    kubernetes_version: str | None = None
+
+    def chart_values(self) -> dict[str, Any]:
+        return {
+            "images": self.images,
+            "installer": {"mode": self.mode},
+            "configs": {"static": self.static_configs, "dynamic": self.dynamic_configs},
+            "nodeSelector": self.node_selector,
+            "workerPools": list(self.worker_pools),
+            "metrics": {"port": self.metrics_port},
+        }
+
+
+@dataclass(frozen=True)
+class Rendered:
+    manifests: str
+    objects: list[dict[str, Any]]
+
+
+class Installation(ManagedResourceComponent):
+    def __init__(self, apis: Apis, namespace: str, values: InstallationValues, *, helm: str, chart_dir: Path,
+                 poll_interval: float) -> None:
+        super().__init__(apis, namespace, c.MANAGED_RESOURCE_NAME, poll_interval=poll_interval)
+        self.values = values
+        self.helm = helm
+        self.chart_dir = chart_dir
+        self._rendered: Rendered | None = None
+
+    def render(self) -> Rendered:
+        """``helm template`` of the chart with these values (once); raises ConfigurationError if it is too big."""
+        if self._rendered is None:
+            text = chart_render.helm_template(self.helm, self.chart_dir, c.INSTALLATION_RELEASE_NAME,
+                                              c.SHOOT_SYSTEM_NAMESPACE, self.values.chart_values(),
+                                              kube_version=self.values.kubernetes_version)
+            objects = chart_render.split_manifests(text)
+            chart_render.check_size(text)
+            self._rendered = Rendered(manifests=text, objects=objects)
+        return self._rendered
+
+    def spec(self) -> managed_resources.ManagedResourceSpec:
+        data = {c.SECRET_DATA_KEY: self.render().manifests.encode()}
+        return managed_resources.for_shoot(self.namespace, self.name, data)
