@@ -60,13 +60,13 @@ def classify(name: str, *, where: str) -> str:
 
 
 def validate_extra_options(text: str, *, where: str) -> None:
-    """EXTRA_OPTIONS is a line of cri-resmgr flags: checked with the installer's own code, so a
+    """EXTRA_OPTIONS is a line of cri-resmgr flags: checked with the code the installer uses, so a
     line the node would refuse becomes lastError here instead of a failed rollout."""
-    from installer.static_config import StaticConfigError, parse_extra_options
+    from resmgr.config.extra_options import ExtraOptionsError, parse_extra_options
 
     try:
         parse_extra_options(text)
-    except StaticConfigError as err:
+    except ExtraOptionsError as err:
         raise ConfigurationError(where, str(err)) from None
 
 

@@ -17,7 +17,8 @@ from installer.install import KUBELET_TARGET, InstallSettings, NodeInstaller
 from installer.node_lock import NodeLock
 from installer.static_config import read_config_dir
 from installer.supervisor import Supervisor, SupervisorSettings
-from resmgr.logsetup import add_logging_arguments, setup_logging_from_args
+from resmgr.logsetup import setup_logging_from_args
+from resmgr.options import add_logging_arguments
 
 log = logging.getLogger("installer.cli")
 

@@ -30,7 +30,7 @@ from installer.kubelet_endpoint import (
     plan_repoint,
     running_endpoint,
 )
-from installer.static_config import StaticConfig, known_flags, resmgr_parser
+from installer.static_config import StaticConfig
 
 log = logging.getLogger("installer.install")
 
@@ -45,12 +45,6 @@ PENDING_RELOAD = "pending_daemon_reload"
 ADOPTED_FROM = "adopted_from"  # set when the node came from the Go extension (see installer.go_adoption)
 PENDING_RESMGR_RESTART = "pending_resmgr_restart"
 PENDING_KUBELET_RESTART = "pending_kubelet_restart"
-
-
-def reset_policy_supported() -> bool:
-    """Does cri-resmgr implement --reset-policy (reset and exit)? Builds mark unimplemented flags NOT ACTIVE."""
-    action = known_flags(resmgr_parser()).get("--reset-policy")
-    return action is not None and "NOT ACTIVE" not in (action.help or "")
 
 
 class InstallError(RuntimeError):
@@ -338,7 +332,7 @@ class NodeInstaller:
         return changed
 
     def _reset_resmgr_state(self) -> None:
-        if self.host.exists(node_files.BINARY) and reset_policy_supported():
+        if self.host.exists(node_files.BINARY):
             try:
                 # coreutils timeout on the node: a cri-resmgr that starts serving instead must not hang us.
                 self.host.run(["timeout", "30", node_files.BINARY, "--reset-policy"], timeout=60)
@@ -346,7 +340,7 @@ class NodeInstaller:
             except HostCommandError as exc:
                 log.warning("cri-resmgr --reset-policy failed (%s); removing its state directory anyway", exc)
         else:
-            log.info("this cri-resmgr build does not implement --reset-policy yet; removing its state "
+            log.info("no cri-resmgr executable on the node to run --reset-policy; removing its state "
                      "directory is the reset")
         for d in (node_files.RELAY_STATE_DIR, node_files.RELAY_RUNTIME_DIR):
             if self.host.remove_tree(d):

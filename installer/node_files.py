@@ -8,6 +8,7 @@ import jinja2
 
 from installer.static_config import FALLBACK_KEY, FORCE_KEY, StaticConfig
 from resmgr import __version__
+from resmgr.options import DEFAULT_RELAY_SOCKET
 
 UNIT = "cri-resource-manager.service"
 BINARY = "/opt/cri-resmgr/bin/cri-resmgr"
@@ -17,7 +18,7 @@ CONFIG_DIR = "/etc/cri-resmgr"
 FALLBACK_FILE = f"{CONFIG_DIR}/{FALLBACK_KEY}"
 FORCE_FILE = f"{CONFIG_DIR}/{FORCE_KEY}"
 EXTRA_OPTIONS_FILE = f"{CONFIG_DIR}/extra-options.env"
-RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
+RELAY_SOCKET = DEFAULT_RELAY_SOCKET
 RELAY_ENDPOINT = f"unix://{RELAY_SOCKET}"
 RELAY_RUNTIME_DIR = "/var/run/cri-resmgr"
 RELAY_STATE_DIR = "/var/lib/cri-resmgr"

@@ -16,17 +16,14 @@ from resmgr.config import ConfigError
 from resmgr.configplane import ConfigPlaneHandle, start_config_plane
 from resmgr.configplane.hook import AdjustingHook
 from resmgr.configplane.rm_applier import ResourceManagerApplier
-from resmgr.logsetup import add_logging_arguments, parse_debug_modules, set_debug_modules, setup_logging
+from resmgr.logsetup import parse_debug_modules, set_debug_modules, setup_logging
 from resmgr.manager.cache import CacheError, reset_cache
 from resmgr.manager.resource_manager import ResourceManager
+from resmgr.options import build_parser
 from resmgr.relay.dump import Dumper
 from resmgr.relay.hooks import ResourceManagerHook
 from resmgr.relay.metrics import RelayMetrics, serve_metrics
 from resmgr.relay.server import (
-    DEFAULT_PID_FILE,
-    DEFAULT_RELAY_SOCKET,
-    DEFAULT_RUNTIME_SOCKET,
-    TRANSPORTS,
     Relay,
 )
 from resmgr.relay.settings import (
@@ -42,120 +39,9 @@ from resmgr.topology import TopologyError
 
 log = logging.getLogger("resmgr.cli")
 
-DESCRIPTION = """\
-cri-resmgr relays the Container Runtime Interface (CRI) between kubelet and the
-container runtime (containerd). Kubelet talks to the relay socket; every call is
-forwarded to the runtime, and calls that create, update or remove pods and
-containers pass through a resource manager that places containers on CPUs and
-memory nodes according to the active policy. Configuration uses
-cri-resource-manager's YAML format (sections policy, logger, dump,
-instrumentation, ...).
-
-Config sources, highest first: --force-config (disables config from the agent),
-the last config the agent pushed and cri-resmgr applied (cached in --relay-dir),
---fallback-config, built-in defaults (policy none).
-
-Signals: SIGTERM/SIGINT drain in-flight calls and exit; SIGHUP re-reads the
---force-config file (dump rules, logger.Debug, policy settings).
-"""
-
-EPILOG = """\
-examples:
-  cri-resmgr --runtime-socket /run/containerd/containerd.sock --fallback-config /etc/cri-resmgr/fallback.cfg
-  cri-resmgr --force-config dump.cfg --metrics-address 127.0.0.1:8891   # pure CRI message dumper
-"""
-
-DEFAULT_RELAY_DIR = "/var/lib/cri-resmgr"
-DEFAULT_CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
-DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
 
 
 HookFactory = Callable[[RelaySettings], ResourceManagerHook]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cri-resmgr", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"cri-resmgr {__version__}")
-    parser.add_argument("--list-policies", action="store_true",
-                        help="print the names of the available policies and exit")
-    sockets = parser.add_argument_group("sockets")
-    sockets.add_argument("--relay-socket", default=DEFAULT_RELAY_SOCKET,
-                         help=f"unix socket kubelet connects to (default: {DEFAULT_RELAY_SOCKET}); "
-                              "a stale socket is removed, the new one gets mode 0660")
-    sockets.add_argument("--runtime-socket", default=DEFAULT_RUNTIME_SOCKET,
-                         help=f"CRI runtime service socket to relay to (default: {DEFAULT_RUNTIME_SOCKET}); "
-                              "the relay waits, with backoff, until it answers")
-    sockets.add_argument("--image-socket", default=None,
-                         help="CRI image service socket (default: the runtime socket)")
-    sockets.add_argument("--config-socket", default=DEFAULT_CONFIG_SOCKET,
-                         help=f"unix socket of the Config API the agent pushes configs and Adjustments to "
-                              f"(default: {DEFAULT_CONFIG_SOCKET})")
-    sockets.add_argument("--agent-socket", default=DEFAULT_AGENT_SOCKET,
-                         help=f"unix socket of cri-resmgr-agent's API, used for node operations "
-                              f"(default: {DEFAULT_AGENT_SOCKET})")
-    sockets.add_argument("--disable-agent", action="store_true",
-                         help="take no configuration from the agent: do not serve the Config API")
-    state = parser.add_argument_group("state and config")
-    state.add_argument("--relay-dir", default=DEFAULT_RELAY_DIR,
-                       help=f"directory for the relay's persistent state (default: {DEFAULT_RELAY_DIR}); "
-                            "created at startup")
-    state.add_argument("--pid-file", default=DEFAULT_PID_FILE,
-                       help=f"pid file written once serving (default: {DEFAULT_PID_FILE}); '' for none")
-    state.add_argument("--fallback-config", metavar="FILE",
-                       help="config used when no other configuration is available (YAML, "
-                            "cri-resource-manager format)")
-    state.add_argument("--force-config", metavar="FILE",
-                       help="config that overrides any other configuration; re-read on SIGHUP")
-    state.add_argument("--reset-config", action="store_true",
-                       help="clear the config cached from the agent in --relay-dir and exit "
-                            "(cri-resmgr must be stopped)")
-    state.add_argument("--reset-policy", action="store_true",
-                       help="clear the active policy and its allocations from the cache in --relay-dir and "
-                            "exit (cri-resmgr must be stopped)")
-    state.add_argument("--disable-policy-switch", action="store_true",
-                       help="keep the policy stored in the cache even if the configuration asks for "
-                            "another one at startup (switching at runtime is always refused)")
-    state.add_argument("--sysfs-root", default="/", metavar="DIR",
-                       help="root under which sys/devices/system is read for the CPU/NUMA topology "
-                            "(default: /)")
-    runtime = parser.add_argument_group("runtime behaviour")
-    runtime.add_argument("--metrics-address", default=None,
-                         help="HTTP address for Prometheus /metrics, [HOST]:PORT (default: "
-                              "instrumentation.HTTPEndpoint from the config, else :8891); 'off' disables")
-    runtime.add_argument("--runtime-wait-timeout", type=_seconds, default=None, metavar="SECONDS",
-                         help="give up if the runtime does not answer in time (default: wait forever)")
-    runtime.add_argument("--shutdown-grace", type=_seconds, default=5.0, metavar="SECONDS",
-                         help="on SIGTERM, how long in-flight calls may take to finish (default: 5)")
-    runtime.add_argument("--transport", choices=TRANSPORTS, default="auto",
-                         help="how calls are relayed: 'splice' copies HTTP/2 frames between kubelet and the "
-                              "runtime and reads along (lowest overhead); 'grpc' terminates each call in a gRPC "
-                              "server and re-issues it (needed when --image-socket differs); 'auto' (default) "
-                              "picks splice unless the image socket differs")
-    runtime.add_argument("--workers", type=_positive_int, default=32,
-                         help="maximum concurrently served calls with --transport grpc (default: 32)")
-    add_logging_arguments(parser)
-    return parser
 
 
 def _reset_state(args: argparse.Namespace) -> int:

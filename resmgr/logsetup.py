@@ -16,8 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import IO
 
-LOG_FORMATS = ("text", "json")
-LOG_LEVELS = ("debug", "info", "warning", "error")
+from resmgr.options import LOG_FORMATS, LOG_LEVELS
 
 # LogRecord attributes that are not caller-supplied context.
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -130,19 +129,6 @@ def set_debug_modules(modules: Iterable[str], *, root_package: str = "",
             _debug_enabled.append(name)
     if base_level is not None and not any(m in ("*", "all") for m in modules):
         logging.getLogger().setLevel(base_level.upper())
-
-
-def add_logging_arguments(parser: argparse.ArgumentParser, *, default_format: str = "text") -> None:
-    """The logging flags every program shares."""
-    group = parser.add_argument_group("logging")
-    group.add_argument("--log-format", choices=LOG_FORMATS, default=default_format,
-                       help=f"log line format on stderr (default: {default_format}); json writes one object "
-                            "per line with ts, level, logger, msg and context keys")
-    group.add_argument("--log-level", choices=LOG_LEVELS, default="info",
-                       help="minimum level logged by all modules (default: info)")
-    group.add_argument("--debug", action="append", default=[], metavar="MODULES",
-                       help="comma-separated modules to log at debug level regardless of --log-level, "
-                            "e.g. 'relay,dump'; '*' for all; may be repeated")
 
 
 def setup_logging_from_args(args: argparse.Namespace, *, root_package: str = "") -> None:

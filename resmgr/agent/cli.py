@@ -26,12 +26,11 @@ from resmgr.agent.selection import CONFIG_NAMESPACE
 from resmgr.agent.server import AgentServicer, serve_agent
 from resmgr.agent.target import ConfigSocketTarget
 from resmgr.agent.unix_grpc import stop_unix
-from resmgr.logsetup import add_logging_arguments, setup_logging_from_args
+from resmgr.logsetup import setup_logging_from_args
+from resmgr.options import DEFAULT_AGENT_SOCKET, DEFAULT_CONFIG_SOCKET, add_logging_arguments
 
 log = logging.getLogger("resmgr.agent")
 
-DEFAULT_CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
-DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
 
 DESCRIPTION = """\
 cri-resmgr-agent runs as a DaemonSet in the shoot. It watches, in the namespace

@@ -8,9 +8,8 @@ import sys
 import grpc
 
 from resmgr.agent.unix_grpc import rpc_error_text, unix_channel
+from resmgr.options import DEFAULT_AGENT_SOCKET
 from resmgr.proto import agent_pb2, agent_pb2_grpc
-
-DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
 
 DESCRIPTION = """\
 cri-resmgr-agent-probe asks the local cri-resmgr-agent for its health over the

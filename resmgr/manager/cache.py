@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from resmgr.options import DEFAULT_RELAY_DIR, DEFAULT_RELAY_SOCKET
+
 log = logging.getLogger("resmgr.cache")
 
 CACHE_VERSION = 1
 CACHE_FILE = "cache"
-DEFAULT_RELAY_DIR = "/var/lib/cri-resmgr"
-DEFAULT_RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
 
 
 class CacheError(RuntimeError):

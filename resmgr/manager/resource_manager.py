@@ -31,7 +31,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from resmgr.config import MAX_CONFIG_BYTES, ConfigError, validate_config, validate_config_text
-from resmgr.manager.cache import CACHE_VERSION, DEFAULT_RELAY_DIR, Cache, CacheData
+from resmgr.manager.cache import CACHE_VERSION, Cache, CacheData
 from resmgr.manager.placement_diff import PENDING_PREFIX, diff_groups, diff_placements, fmt_cpus
 from resmgr.manager.resources import (
     ContainerInfo,
@@ -42,6 +42,7 @@ from resmgr.manager.resources import (
     pod_from_listed_sandbox,
     pod_from_sandbox_config,
 )
+from resmgr.options import DEFAULT_RELAY_DIR
 from resmgr.policy.base import Policy, RestoreError
 from resmgr.policy.registry import active_policy_name, create_policy
 from resmgr.relay.hooks import ContainerUpdate, HookResult

@@ -12,6 +12,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from resmgr.options import TRANSPORTS
 from resmgr.relay.dump import Dumper
 from resmgr.relay.hooks import INTERCEPTED_METHODS, NoopHook, ResourceManagerHook
 from resmgr.relay.interception import Interceptor
@@ -33,12 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
-DEFAULT_RUNTIME_SOCKET = "/var/run/containerd/containerd.sock"
-DEFAULT_PID_FILE = "/var/run/cri-resmgr/cri-resmgr.pid"
 SOCKET_MODE = 0o660
-# splice: copy HTTP/2 frames (fast); grpc: a gRPC server + client per call (can split runtime/image sockets).
-TRANSPORTS = ("auto", "splice", "grpc")
 
 
 class Relay:

@@ -119,3 +119,18 @@ def test_unknown_worker_pool():
     with pytest.raises(ConfigurationError) as e:
         check_worker_pools(("a", "c"), ["a", "b"])
     assert e.value.field == "providerConfig.workerPools[1]" and "'c'" in str(e.value)
+
+
+def test_extra_options_check_loads_neither_the_installer_nor_the_relay():
+    import subprocess
+    import sys
+
+    # The seed operator checks a flag line with the flag table alone (resmgr.options, argparse only).
+    code = ("import sys\n"
+            "from extension.configs import validate_extra_options\n"
+            "validate_extra_options('--log-level debug', where='EXTRA_OPTIONS')\n"
+            "loaded = [m for m in sys.modules if m.split('.')[0] == 'installer' or m.startswith(('resmgr.relay', "
+            "'resmgr.manager', 'resmgr.cli', 'grpc'))]\n"
+            "assert not loaded, loaded\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr

@@ -8,7 +8,7 @@ import pytest
 from fixtures.config_bombs import BOMBS
 
 from installer import node_files
-from installer.static_config import StaticConfigError, known_flags, parse_extra_options, read_config_dir
+from installer.static_config import StaticConfigError, read_config_dir
 
 GOOD_CFG = b"policy:\n  Active: topology-aware\n  ReservedResources:\n    CPU: 750m\n"
 
@@ -20,43 +20,6 @@ def write_dir(tmp_path: Path, **keys: bytes | str) -> Path:
         name = key.replace("_cfg", ".cfg")
         (d / name).write_bytes(value if isinstance(value, bytes) else value.encode())
     return d
-
-
-def test_known_flags_come_from_cri_resmgr_parser() -> None:
-    from resmgr.cli import build_parser
-
-    expected = {o for a in build_parser()._actions for o in a.option_strings}
-    assert set(known_flags()) == expected
-    assert "--metrics-address" in expected
-
-
-@pytest.mark.parametrize("text,tokens", [
-    ("--metrics-address=127.0.0.1:9999 --log-level debug",
-     ["--metrics-address=127.0.0.1:9999", "--log-level", "debug"]),
-    ('EXTRA_OPTIONS="--workers=8"\n', ["--workers=8"]),
-    ("# comment\n\n--log-format json\n", ["--log-format", "json"]),
-    ("", []),
-])
-def test_extra_options_accepted(text: str, tokens: list[str]) -> None:
-    assert parse_extra_options(text) == tokens
-
-
-@pytest.mark.parametrize("text,message", [
-    ("--no-such-flag=1", "unknown cri-resmgr flag '--no-such-flag'; known flags: .*--metrics-address"),
-    ("--relay-socket=/tmp/x.sock", "--relay-socket is fixed by the installer"),
-    ("--fallback-config /x", "--fallback-config is fixed by the installer"),
-    ("--version", "would stop cri-resmgr from serving"),
-    ("--workers=many", "argument --workers: .*'many'"),
-    ("--log-level loud", "invalid choice: 'loud'"),
-    ("stray", "unrecognized arguments: stray"),
-    ('--metrics-address="a b"', "cannot be passed through a systemd EnvironmentFile"),
-    ("--log-level=$(reboot)", "cannot be passed through a systemd EnvironmentFile"),
-    ('"unterminated', "cannot split"),
-    ("--workers=1 " * 3000, "over the limit"),
-])
-def test_extra_options_rejected_with_a_clear_error(text: str, message: str) -> None:
-    with pytest.raises(StaticConfigError, match=message):
-        parse_extra_options(text)
 
 
 def test_missing_dir_means_no_static_config(tmp_path: Path) -> None:
