@@ -13,33 +13,26 @@ from typing import Any
 
 from resmgr import __version__
 from resmgr.config import ConfigError
-from resmgr.configplane import ConfigPlaneHandle, start_config_plane
+from resmgr.config.files import StartupConfigs, choose_config
+from resmgr.configplane import ConfigPlane, ConfigPlaneHandle, start_config_plane
+from resmgr.configplane.adjustments import ContainerOverride, ContainerView
 from resmgr.configplane.hook import AdjustingHook
 from resmgr.configplane.rm_applier import ResourceManagerApplier
 from resmgr.logsetup import parse_debug_modules, set_debug_modules, setup_logging
 from resmgr.manager.cache import CacheError, reset_cache
 from resmgr.manager.resource_manager import ResourceManager
 from resmgr.options import build_parser
+from resmgr.policy.registry import available_policies
 from resmgr.relay.dump import Dumper
 from resmgr.relay.hooks import ResourceManagerHook
 from resmgr.relay.metrics import RelayMetrics, serve_metrics
-from resmgr.relay.server import (
-    Relay,
-)
-from resmgr.relay.settings import (
-    RelaySettings,
-    SettingsError,
-    available_policies,
-    effective_config,
-    settings_from_config,
-)
+from resmgr.relay.server import Relay
+from resmgr.relay.settings import RelaySettings, SettingsError, settings_from_config
 from resmgr.relay.startup import StartupError
 from resmgr.rpc.sockets import SocketInUse
-from resmgr.topology import TopologyError
+from resmgr.topology import TopologyError, discover_topology
 
 log = logging.getLogger("resmgr.cli")
-
-
 
 HookFactory = Callable[[RelaySettings], ResourceManagerHook]
 
@@ -58,12 +51,35 @@ def _reset_state(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_resource_manager(args: argparse.Namespace) -> ResourceManager:
-    """The resource manager from the flags; raises ConfigError or TopologyError naming the problem."""
-    return ResourceManager.from_options(relay_dir=args.relay_dir, fallback_config=args.fallback_config,
-                                        force_config=args.force_config,
-                                        disable_policy_switch=args.disable_policy_switch,
-                                        sysfs_root=args.sysfs_root, background_save=True)
+def build_resource_manager(args: argparse.Namespace, files: StartupConfigs) -> ResourceManager:
+    """The resource manager from the flags and the files read at startup; raises ConfigError or TopologyError."""
+    return ResourceManager(discover_topology(args.sysfs_root), relay_dir=args.relay_dir,
+                           fallback_config=files.fallback_config, force_config=files.force_config,
+                           disable_policy_switch=args.disable_policy_switch, sysfs_root=args.sysfs_root,
+                           background_save=True)
+
+
+class _HookApplier:
+    """The ConfigApplier of a relay whose hook is not the resource manager (``hook_factory``, tests): the
+    relay's own sections apply, and the config goes to the hook's optional ``reconfigure`` entry."""
+
+    def __init__(self, relay: Relay, on_applied: Callable[[dict[str, Any], str], None]) -> None:
+        self.relay = relay
+        self.on_applied = on_applied
+
+    def apply_config(self, config: dict[str, Any], source: str, *, forced: bool = False) -> str | None:
+        try:
+            self.on_applied(config, source)
+        except SettingsError as err:
+            return str(err)
+        self.relay.reconfigure_hook(config)
+        return None
+
+    def list_containers(self) -> list[ContainerView]:
+        return []
+
+    def apply_adjustments(self, overrides: dict[str, ContainerOverride]) -> dict[str, str]:
+        return {cid: "this relay has no resource manager" for cid in overrides}
 
 
 class _Runner:
@@ -103,24 +119,15 @@ class _Runner:
         self.settings = settings
 
     def reload_config(self) -> None:
-        if not self.args.force_config:
+        """SIGHUP: the config plane re-reads --force-config, as it applies every other config."""
+        if not self.args.force_config or self.plane is None:
             log.info("SIGHUP: no --force-config to reload")
             return
-        if self.plane is not None:
-            problem = self.plane.reload_force_config()
-            if problem:
-                log.error("SIGHUP: keeping the current config: %s", problem)
-            else:
-                log.info("SIGHUP: reloaded forced config", extra={"source": self.args.force_config})
-            return
-        try:
-            config, source = effective_config(self.args.force_config, self.args.fallback_config)
-            self.apply_relay_sections(config, source)
-        except SettingsError as err:
-            log.error("SIGHUP: keeping the current config: %s", err)
-            return
-        self.relay.reconfigure_hook(self.settings.raw)
-        log.info("SIGHUP: reloaded forced config", extra={"source": self.args.force_config})
+        problem = self.plane.reload_force_config()
+        if problem:
+            log.error("SIGHUP: keeping the current config: %s", problem)
+        else:
+            log.info("SIGHUP: reloaded forced config", extra={"source": self.args.force_config})
 
 
 def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None) -> int:
@@ -135,15 +142,18 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
         return _reset_state(args)
     rm: ResourceManager | None = None
     try:
-        # Check the files first: a bad file is reported with its path before any state is touched.
-        config, source = effective_config(args.force_config, args.fallback_config)
-        settings = settings_from_config(config, source)
+        # The files are read once, here, and checked first: a bad file is reported with its path
+        # before any state is touched.
+        files = StartupConfigs.load(args.force_config, args.fallback_config)
+        for file in files.files():
+            settings_from_config(file.config, file.path)
         if hook_factory is None:
-            rm = build_resource_manager(args)
-            # The cached agent config may win over the fallback file.
-            if rm.config_source not in ("fallback-config", "force-config"):
-                config, source = rm.config, rm.config_source
-                settings = settings_from_config(config, source)
+            rm = build_resource_manager(args, files)
+            config, source = rm.config, rm.config_source  # precedence decided there, with the cache
+        else:
+            config, source = choose_config(force=files.force_config, fallback=files.fallback_config)
+        source = files.describe(source)
+        settings = settings_from_config(config, source)
     except (SettingsError, ConfigError, TopologyError, CacheError) as err:
         sys.stderr.write(f"cri-resmgr: {err}\n")
         return 2
@@ -178,6 +188,10 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
                                              runner.apply_relay_sections)
             runner.plane = start_config_plane(args, applier, initial_source=rm.config_source)
             hook.plane = runner.plane.plane
+        else:  # no agent for a stand-in hook, but SIGHUP takes the same path
+            plane = ConfigPlane(_HookApplier(relay, runner.apply_relay_sections), force_config=args.force_config,
+                                agent_disabled=True, initial_source=source)
+            runner.plane = ConfigPlaneHandle(plane, args.config_socket, None, None)
         runner.run_until_stopped()
     except (StartupError, SocketInUse, OSError) as err:
         log.error("cannot start: %s", err)

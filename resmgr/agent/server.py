@@ -72,7 +72,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
 
     def UpdateNodeCapacity(self, request: agent_pb2.UpdateNodeCapacityRequest, context: grpc.ServicerContext
                            ) -> agent_pb2.UpdateNodeCapacityReply:
-        from resmgr.configplane.adjustments import parse_memory_quantity
+        from resmgr.config import parse_memory_quantity
 
         for name, value in request.capacities.items():
             if "/" not in name:

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from resmgr.config.constraints import CpuConstraint, parse_cpu_constraint, parse_cpu_quantity
+from resmgr.config.constraints import CpuConstraint, parse_cpu_constraint, parse_cpu_quantity, parse_memory_quantity
 from resmgr.config.errors import ConfigError
 from resmgr.config.schema import CONFIG, MAX_DEPTH, MAX_NODES, POLICY_NAMES
 
@@ -24,6 +24,7 @@ __all__ = [
     "CpuConstraint",
     "parse_cpu_constraint",
     "parse_cpu_quantity",
+    "parse_memory_quantity",
     "validate_config",
     "validate_config_sections",
     "validate_config_text",

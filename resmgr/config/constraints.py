@@ -10,10 +10,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
 
 _QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(m?)\s*$")
+# A Kubernetes quantity: decimal number (with an optional exponent) and a suffix; "2E" is 2 exa, not an exponent.
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?\s*$")
+_MEMORY_FACTORS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+                   "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+                   "m": Decimal("0.001")}
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,22 @@ def parse_cpu_quantity(text: str) -> int:
     number, milli = m.groups()
     value = float(number) if not milli else float(number) / 1000
     return int(round(value * 1000))
+
+
+def parse_memory_quantity(value: object) -> int:
+    """A Kubernetes memory quantity (``512Mi``, ``1G``, ``2e3``, ``1048576``) in bytes; raises ValueError.
+
+    Fractions of a byte (``500m``, ``1.5``) round up, as the API server rounds a quantity's value.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"expected a memory quantity like 512Mi, got {value!r}")
+    if isinstance(value, int | float):
+        return math.ceil(value)
+    m = _MEMORY.match(value)
+    if not m:
+        raise ValueError(f"invalid memory quantity {value!r} (expected e.g. 512Mi or 1G)")
+    number, suffix = m.groups()
+    return math.ceil(Decimal(number) * _MEMORY_FACTORS[suffix])
 
 
 def parse_cpu_constraint(value: object) -> CpuConstraint:

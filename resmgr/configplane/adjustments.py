@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from resmgr.config import parse_cpu_quantity
+from resmgr.config import parse_cpu_quantity, parse_memory_quantity
 
 OPERATORS = ("Equals", "NotEqual", "In", "NotIn", "Exists", "NotExist", "AlwaysTrue",
              "Matches", "MatchesNot", "MatchesAny", "MatchesNone")
@@ -36,10 +35,6 @@ CLASS_NAMES = ("rdt", "blockio")
 # Key under which an adjustment-level problem is reported in status.nodes[NODE].errors.
 SPEC_ERROR_KEY = "spec"
 
-_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?\s*$")
-_MEMORY_FACTORS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-                   "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-
 
 class AdjustmentError(ValueError):
     """An Adjustment spec is invalid; ``field`` is the dotted path of the culprit."""
@@ -48,19 +43,6 @@ class AdjustmentError(ValueError):
         self.field = field
         self.problem = problem
         super().__init__(f"invalid adjustment field {field}: {problem}")
-
-
-def parse_memory_quantity(value: object) -> int:
-    """A Kubernetes memory quantity (``512Mi``, ``1G``, ``1048576``) in bytes; raises ValueError."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValueError(f"expected a memory quantity like 512Mi, got {value!r}")
-    m = _MEMORY.match(str(value))
-    if not m:
-        raise ValueError(f"invalid memory quantity {value!r} (expected e.g. 512Mi or 1G)")
-    number, suffix = m.groups()
-    if suffix == "m":  # milli-bytes: legal in Kubernetes, rounded up like the API server does
-        return -(-int(float(number)) // 1000)
-    return int(float(number) * _MEMORY_FACTORS[suffix])
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from resmgr.config import MAX_CONFIG_BYTES, ConfigError, validate_config_sections, validate_config_text
+from resmgr.config import ConfigError, validate_config_sections
+from resmgr.config.files import read_config_file
 from resmgr.configplane.adjustments import (
     AdjustmentOutcome,
     ContainerOverride,
@@ -129,16 +130,10 @@ class ConfigPlane:
         path = self.force_config
         with self._lock:
             try:
-                with open(path, "rb") as f:
-                    raw = f.read(MAX_CONFIG_BYTES + 1)
-                config = validate_config_text(raw.decode("utf-8"), source=path)
-            except OSError as exc:
-                return self._rejected(f"cannot read {path}: {exc.strerror or exc}", path)
-            except UnicodeDecodeError as exc:
-                return self._rejected(f"{path} is not UTF-8 text: {exc}", path)
+                file = read_config_file(path)
             except ConfigError as exc:
                 return self._rejected(str(exc), path)
-            return self._apply(config, path, hashlib.sha256(raw).hexdigest(), forced=True)
+            return self._apply(file.config, path, file.digest, forced=True)
 
     def _apply(self, config: dict[str, Any], source: str, digest: str, *, forced: bool) -> str:
         try:

@@ -45,11 +45,6 @@ class CacheData:
     config: dict[str, Any] | None = None
     config_source: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return {"version": CACHE_VERSION, "pods": self.pods, "containers": self.containers,
-                "policy": self.policy, "policy_data": self.policy_data,
-                "config": self.config, "config_source": self.config_source}
-
     @classmethod
     def from_json(cls, data: Any) -> CacheData:
         if not isinstance(data, dict):
@@ -63,6 +58,62 @@ class CacheData:
                        config=data.get("config"), config_source=str(data.get("config_source") or ""))
         except (TypeError, ValueError) as exc:
             raise CacheError(f"malformed cache: {exc}") from None
+
+
+class CacheEncoder:
+    """The one writer of CacheData's layout.
+
+    Pods, containers and grants do not change once made, so their JSON is encoded once and
+    reused (values with ``to_json()`` are memoised by identity): re-encoding 200 containers
+    on every CRI call would cost milliseconds. Keys starting with ``skip_prefix`` (allocations
+    the runtime has not confirmed yet) are left out.
+    """
+
+    def __init__(self, skip_prefix: str = "") -> None:
+        self.skip_prefix = skip_prefix
+        self._memo: dict[str, dict[str, tuple[Any, str]]] = {"pods": {}, "containers": {}, "grants": {}}
+
+    def _section(self, name: str, items: dict[str, Any]) -> str:
+        memo, dumps, skip = self._memo[name], json.dumps, self.skip_prefix
+        parts = []
+        for key, obj in items.items():
+            if skip and key.startswith(skip):
+                continue
+            hit = memo.get(key)
+            if hit is None or hit[0] is not obj:
+                value = obj.to_json() if hasattr(obj, "to_json") else obj
+                hit = memo[key] = (obj, dumps(value, separators=(",", ":")))
+            parts.append(f"{dumps(key)}:{hit[1]}")
+        if len(memo) > 2 * len(items) + 64:  # forget removed entries now and then
+            for key in [key for key in memo if key not in items]:
+                del memo[key]
+        return "{" + ",".join(parts) + "}"
+
+    def encode(self, *, pods: dict[str, Any], containers: dict[str, Any], policy: str | None,
+               grants: dict[str, Any] | None, policy_extra: dict[str, Any], config: dict[str, Any] | None,
+               config_source: str) -> bytes:
+        """The cache document; ``policy_data`` is ``{"grants": ..., **policy_extra}`` (no grants key if None)."""
+        dumps = json.dumps
+        extra = dumps(policy_extra, separators=(",", ":"))
+        if grants is None:
+            policy_data = extra
+        else:
+            policy_data = '{"grants":' + self._section("grants", grants) + ("," + extra[1:] if policy_extra else "}")
+        return (
+            '{"version":' + str(CACHE_VERSION)
+            + ',"pods":' + self._section("pods", pods)
+            + ',"containers":' + self._section("containers", containers)
+            + ',"policy":' + dumps(policy)
+            + ',"policy_data":' + policy_data
+            + ',"config":' + dumps(config, separators=(",", ":"))
+            + ',"config_source":' + dumps(config_source) + "}"
+        ).encode()
+
+    def encode_data(self, data: CacheData) -> bytes:
+        extra = dict(data.policy_data)
+        grants = extra.pop("grants", None)
+        return self.encode(pods=data.pods, containers=data.containers, policy=data.policy, grants=grants,
+                           policy_extra=extra, config=data.config, config_source=data.config_source)
 
 
 class Cache:
@@ -96,7 +147,7 @@ class Cache:
             return CacheData()
 
     def save(self, data: CacheData) -> None:
-        self.save_encoded(json.dumps(data.to_json(), separators=(",", ":")).encode())
+        self.save_encoded(CacheEncoder().encode_data(data))
 
     def save_encoded(self, payload: bytes) -> None:
         """Replace the cache with ``payload``, a JSON document in CacheData's layout (now, or soon if background)."""

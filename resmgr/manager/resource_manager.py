@@ -21,17 +21,19 @@ change that the runtime confirmed.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import Message
 
-from resmgr.config import MAX_CONFIG_BYTES, ConfigError, validate_config, validate_config_text
-from resmgr.manager.cache import CACHE_VERSION, Cache, CacheData
+from resmgr.config import ConfigError, validate_config
+from resmgr.config.files import CACHE, DEFAULTS, FALLBACK, FORCE, choose_config
+from resmgr.manager.cache import Cache, CacheData, CacheEncoder
 from resmgr.manager.placement_diff import PENDING_PREFIX, diff_groups, diff_placements, fmt_cpus
 from resmgr.manager.resources import (
     ContainerInfo,
@@ -48,7 +50,6 @@ from resmgr.policy.registry import active_policy_name, create_policy
 from resmgr.relay.hooks import ContainerUpdate, HookResult
 from resmgr.topology.cpuset import format_cpuset
 from resmgr.topology.model import Topology
-from resmgr.topology.sysfs import discover_topology
 
 log = logging.getLogger("resmgr.resource-manager")
 
@@ -56,20 +57,20 @@ log = logging.getLogger("resmgr.resource-manager")
 CONTAINER_EXITED = 2
 
 
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Read and validate a config file (``--fallback-config``/``--force-config``)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)  # never slurp an arbitrarily large file
-        if len(raw) > MAX_CONFIG_BYTES:
-            raise ConfigError("<document>", f"config file is over the limit of {MAX_CONFIG_BYTES} bytes",
-                              source=str(path))
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError("<document>", f"config file is not UTF-8 text: {exc}", source=str(path)) from None
-    except OSError as exc:
-        raise ConfigError("<document>", f"cannot read config file: {exc.strerror or exc}", source=str(path)) from None
-    return validate_config_text(text, source=str(path))
+Resize = Callable[[ContainerInfo], ContainerInfo]
+
+
+@dataclass
+class RePlaced:
+    """What ``ResourceManager.re_place`` did: updates to send, per-container errors, ids not running."""
+
+    updates: list[ContainerUpdate] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+def _same_resources(a: ContainerInfo, b: ContainerInfo) -> bool:
+    return all(getattr(a, f) == getattr(b, f) for f in ("request_milli", "limit_milli", "memory_limit", "qos"))
 
 
 class ResourceManager:
@@ -97,9 +98,7 @@ class ResourceManager:
                 log.error("dropping the cached config: %s", exc)
                 data.config, data.config_source = None, ""
         self._cached_config: tuple[dict[str, Any] | None, str] = (data.config, data.config_source)
-        self._enc_pods: dict[str, tuple[Any, str]] = {}
-        self._enc_containers: dict[str, tuple[Any, str]] = {}
-        self._enc_grants: dict[str, tuple[Any, str]] = {}
+        self._encoder = CacheEncoder(skip_prefix=PENDING_PREFIX)
         self.pods: dict[str, PodInfo] = {}
         self.containers: dict[str, ContainerInfo] = {}
         for pid, p in data.pods.items():
@@ -128,49 +127,29 @@ class ResourceManager:
                  topology.describe())
 
     # -- construction -------------------------------------------------------------------
-    @classmethod
-    def from_options(cls, *, relay_dir: str | Path = DEFAULT_RELAY_DIR, fallback_config: str | None = None,
-                     force_config: str | None = None, disable_policy_switch: bool = False,
-                     sysfs_root: str = "/", cache_fsync: bool = True,
-                     background_save: bool = False) -> ResourceManager:
-        """Build from the CLI's flags: config file paths and the sysfs root. Raises ConfigError/TopologyError."""
-        fallback = read_config_file(fallback_config) if fallback_config else None
-        force = read_config_file(force_config) if force_config else None
-        return cls(discover_topology(sysfs_root), relay_dir=relay_dir, fallback_config=fallback,
-                   force_config=force, disable_policy_switch=disable_policy_switch, sysfs_root=sysfs_root,
-                   cache_fsync=cache_fsync, background_save=background_save)
-
     def _startup_config(self, data: CacheData, fallback: dict[str, Any] | None, force: dict[str, Any] | None,
                         disable_switch: bool) -> tuple[dict[str, Any], str]:
-        # Precedence as in cri-resource-manager: forced config, then the last config the
-        # agent pushed (cached), then the fallback file, then no policy at all.
-        if force is not None:
-            config, source = force, "force-config"
-        elif data.config is not None:
-            config, source = data.config, data.config_source or "cache"
-        elif fallback is not None:
-            config, source = fallback, "fallback-config"
-        else:
-            config, source = {}, "defaults"
+        config, source = choose_config(force=force, cached=data.config, cached_source=data.config_source,
+                                       fallback=fallback)
         wanted = active_policy_name(config)
         if disable_switch and data.policy and data.policy != wanted:
             log.error("policy switch from %s to %s refused (--disable-policy-switch); keeping %s",
                       data.policy, wanted, data.policy)
             if data.config is not None and active_policy_name(data.config) == data.policy:
                 return data.config, data.config_source or "cache"
-            return {"policy": {"Active": data.policy}}, "cache"
+            return {"policy": {"Active": data.policy}}, CACHE
         return config, source
 
     def _startup_policy(self, config: dict[str, Any], source: str,
                         fallback: dict[str, Any] | None) -> Policy:
         """The policy for the startup config; a cached config that no longer fits falls back."""
         candidates = [(config, source)]
-        if source not in ("force-config", "fallback-config", "defaults"):
+        if source not in (FORCE, FALLBACK, DEFAULTS):
             # Only a cached (agent-pushed) config falls back: the agent will push again,
             # while a bad file given on the command line must stop the start loudly.
             if fallback is not None:
-                candidates.append((fallback, "fallback-config"))
-            candidates.append(({}, "defaults"))
+                candidates.append((fallback, FALLBACK))
+            candidates.append(({}, DEFAULTS))
         for i, (cfg, src) in enumerate(candidates):
             try:
                 policy = create_policy(cfg, self.topology, sysfs_root=self.sysfs_root)
@@ -205,44 +184,16 @@ class ResourceManager:
         self._unsynced = set(self.containers)
 
     def save(self) -> None:
-        """Persist pods, containers, the policy's grants and the cached config (CacheData layout).
-
-        Pods, containers and grants do not change once made, so their JSON is encoded once
-        and reused: re-encoding 200 containers on every CRI call would cost milliseconds.
-        """
-        dumps = json.dumps
-
-        def encoded(memo: dict[str, tuple[Any, str]], key: str, obj: Any) -> str:
-            hit = memo.get(key)
-            if hit is None or hit[0] is not obj:
-                hit = memo[key] = (obj, dumps(obj.to_json(), separators=(",", ":")))
-            return f"{dumps(key)}:{hit[1]}"
-
-        def section(memo: dict[str, tuple[Any, str]], items: dict[str, Any]) -> str:
-            parts = [encoded(memo, k, v) for k, v in items.items() if not k.startswith(PENDING_PREFIX)]
-            if len(memo) > 2 * len(items) + 64:  # forget removed entries now and then
-                for k in [k for k in memo if k not in items]:
-                    del memo[k]
-            return "{" + ",".join(parts) + "}"
-
+        """Persist pods, containers, the policy's grants and the cached config (``CacheEncoder``)."""
         extra = self.policy.export_extra()
         for b in extra.get("balloons", []):
             b["members"] = {k: v for k, v in b.get("members", {}).items() if not k.startswith(PENDING_PREFIX)}
-        policy_data = dumps(extra, separators=(",", ":"))
-        grants = section(self._enc_grants, self.policy.grants)
-        policy_data = '{"grants":' + grants + ("," + policy_data[1:] if len(extra) else "}")
-        payload = (
-            '{"version":' + str(CACHE_VERSION)
-            + ',"pods":' + section(self._enc_pods, self.pods)
-            + ',"containers":' + section(self._enc_containers, self.containers)
-            + ',"policy":' + dumps(self.policy.name)
-            + ',"policy_data":' + policy_data
-            # Only configs pushed at runtime are cached; files given on the command line are
-            # re-read at every start (as in cri-resource-manager).
-            + ',"config":' + dumps(self._cached_config[0], separators=(",", ":"))
-            + ',"config_source":' + dumps(self._cached_config[1]) + "}"
-        )
-        self.cache.save_encoded(payload.encode())
+        # Only configs pushed at runtime are cached; files given on the command line are
+        # re-read at every start (as in cri-resource-manager).
+        config, source = self._cached_config
+        self.cache.save_encoded(self._encoder.encode(
+            pods=self.pods, containers=self.containers, policy=self.policy.name, grants=self.policy.grants,
+            policy_extra=extra, config=config, config_source=source))
 
     def close(self) -> None:
         """Write the last state to the cache (it may still be pending with ``background_save``)."""
@@ -254,16 +205,11 @@ class ResourceManager:
             return {cid: (fmt_cpus(c), fmt_cpus(m)) for cid, (c, m) in self.policy.placements().items()
                     if not cid.startswith(PENDING_PREFIX)}
 
-    # -- relay entry points besides the hook protocol ---------------------------------------------
-    def sync(self, pods: list[Any], containers: list[Any]) -> list[ContainerUpdate]:
-        """Called by the relay at startup with the runtime's listing (see sync_with_runtime);
-        the relay sends the returned updates."""
-        return self.sync_with_runtime(pods, containers)
-
-    def reconfigure(self, config: dict[str, Any]) -> list[ContainerUpdate]:
-        """Called by the relay on SIGHUP with the re-read forced config; the relay sends the updates."""
+    # -- relay entry points besides the hook protocol (see resmgr.relay.hooks) ------------------
+    def reconfigure(self, config: dict[str, Any], source: str = FORCE) -> list[ContainerUpdate]:
+        """SIGHUP: apply the re-read ``--force-config`` (same rules as set_config, never refused as forced)."""
         with self._lock:
-            return self._apply(config, "force-config")
+            return self._apply(config, source)
 
     # -- hook protocol --------------------------------------------------------------------------
     def before(self, method: str, request: Message) -> HookResult:
@@ -389,8 +335,8 @@ class ResourceManager:
                                       memory_limit=resources[2])
         self._resize_undo = (cid, container, self.policy.export_state())
         old = self.policy.group_state()
-        self.policy.release(cid)
-        self.policy.allocate(cid, resized)
+        # Saved once the runtime applied it (after); only the groups it moved are diffed (hot path).
+        self._place(cid, resized, always=True)
         self.containers[cid] = resized
         log.info("container %s resized to request=%dm limit=%dm memory=%d", cid, *resources)
         return diff_groups(self.policy, old, skip=cid, reason=f"container {cid} resized")
@@ -425,6 +371,51 @@ class ResourceManager:
             self.save()
         return diff_groups(self.policy, old, reason=reason)
 
+    # -- re-placing running containers ----------------------------------------------------------------
+    def running(self) -> list[tuple[ContainerInfo, PodInfo | None]]:
+        """The containers the policy placed that the runtime created, with their pods."""
+        with self._lock:
+            return [(c, self.pods.get(c.pod_id)) for cid, c in self.containers.items()
+                    if cid and not cid.startswith(PENDING_PREFIX) and cid in self.policy.containers]
+
+    def re_place(self, resize: Mapping[str, Resize | None], *, reason: str) -> RePlaced:
+        """Let the policy place containers again with other resources: release, allocate, save, diff, under the lock.
+
+        For each container id, ``resize`` maps the container's own resources to what the policy should
+        see (None: its own). A container the policy cannot place that way goes back to its own resources
+        and its error is returned; ids that are not running are listed as missing. The returned updates
+        move every container whose placement changed.
+        """
+        result = RePlaced()
+        with self._lock:
+            old = self.policy.placements()
+            changed = False
+            for cid in sorted(resize):
+                own = self.containers.get(cid)
+                if own is None or cid not in self.policy.containers:
+                    result.missing.append(cid)
+                    continue
+                change = resize[cid]
+                try:
+                    changed |= self._place(cid, own if change is None else change(own))
+                except Exception as exc:  # the policy could not place it: put the container back as it was
+                    log.error("re-placing %s failed: %s", cid, exc)
+                    result.errors[cid] = f"the {self.policy.name} policy could not apply it: {exc}"
+                    self._place(cid, own, always=True)
+                    changed = True
+            if changed:
+                self.save()
+            result.updates = diff_placements(old, self.policy.placements(), reason=reason)
+        return result
+
+    def _place(self, cid: str, target: ContainerInfo, *, always: bool = False) -> bool:
+        """Release and allocate ``cid`` as ``target`` unless the policy already sees those resources."""
+        if not always and _same_resources(self.policy.containers[cid], target):
+            return False
+        self.policy.release(cid)
+        self.policy.allocate(cid, target)
+        return True
+
     # -- configuration --------------------------------------------------------------------------------
     def set_config(self, config: dict[str, Any], *, source: str = "agent") -> list[ContainerUpdate]:
         """Apply a new (already schema-validated) config at runtime.
@@ -437,12 +428,6 @@ class ResourceManager:
                 raise ConfigError("<document>", "a forced config (--force-config) is in effect; "
                                                 "configuration updates are ignored", source=source)
             return self._apply(config, source)
-
-    def reload_forced_config(self, path: str | Path) -> list[ContainerUpdate]:
-        """SIGHUP: re-read the ``--force-config`` file and apply it (same rules as set_config)."""
-        config = read_config_file(path)
-        with self._lock:
-            return self._apply(config, str(path))
 
     def _apply(self, config: dict[str, Any], source: str) -> list[ContainerUpdate]:
         wanted = active_policy_name(config)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from resmgr.config.constraints import parse_cpu_quantity, parse_memory_quantity
 
 log = logging.getLogger("resmgr.resources")
 
@@ -123,26 +124,9 @@ def qos_from_resources(request_milli: int, limit_milli: int, memory_limit: int) 
 # {"containers": {"<name>": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {...}}},
 #  "initContainers": {...}}
 RESOURCES_ANNOTATION = "intel.com/resources"
-_MEMORY_SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-                  "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": 1e-3}
-_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([a-zA-Z]{0,2})\s*$")
-
-
-def parse_memory_quantity(value: Any) -> int:
-    """A Kubernetes memory quantity ("1Gi", "512M", 1024) in bytes; raises ValueError."""
-    if isinstance(value, bool):
-        raise ValueError(f"invalid memory quantity {value!r}")
-    if isinstance(value, int | float):
-        return int(value)
-    m = _MEMORY.match(str(value))
-    if not m or m.group(2) not in _MEMORY_SUFFIX:
-        raise ValueError(f"invalid memory quantity {value!r}")
-    return int(float(m.group(1)) * _MEMORY_SUFFIX[m.group(2)])
 
 
 def _cpu_milli(value: Any) -> int:
-    from resmgr.config.constraints import parse_cpu_quantity
-
     return int(round(value * 1000)) if isinstance(value, int | float) else parse_cpu_quantity(str(value))
 
 

@@ -6,7 +6,7 @@ import fnmatch
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from resmgr.config import ConfigError, parse_cpu_constraint
 from resmgr.manager.resources import KUBE_SYSTEM, ContainerInfo
@@ -126,9 +126,44 @@ class Grant:
                    shared_milli=int(data.get("shared_milli", 0)))
 
 
+class PolicyHooks(Protocol):
+    """What a policy implements; ``Policy`` keeps containers and grants and calls these (one contract each)."""
+
+    def setup(self) -> None:
+        """Resolve the policy's options against the topology; raise ConfigError naming the field."""
+
+    def decide(self, container: ContainerInfo) -> Grant | None:
+        """The grant for a container being allocated (None: the policy leaves it alone)."""
+
+    def on_release(self, cid: str, grant: Grant) -> None:
+        """Give back what ``grant`` held; ``containers[cid]`` is still there."""
+
+    def on_rename(self, old: str, new: str) -> None:
+        """Re-key whatever the policy indexes by container id (a pending allocation got the runtime's id)."""
+
+    def placement(self, cid: str) -> Placement:
+        """The container's cpuset cpus and mems now (None: leave that cgroup setting alone)."""
+
+    def export_extra(self) -> dict[str, Any]:
+        """Policy state beyond the grants, as JSON for the cache."""
+
+    def restore_extra(self, data: dict[str, Any]) -> None:
+        """Rebuild that state from the cache; raise RestoreError if it does not fit."""
+
+    def group_of(self, cid: str) -> str | None:
+        """The group (shared pool, balloon) whose changes move ``cid``'s placement; None: only its own grant."""
+
+    def group_state(self) -> dict[str, Any]:
+        """Group key -> a state object that is replaced whenever the group's placement may change."""
+
+    def group_placement(self, key: str) -> Placement | None:
+        """The placement all members of group ``key`` share, if they share one."""
+
+
 @dataclass
 class Policy:
-    """Base of all policies. Subclasses set ``name``/``description`` and the hooks below."""
+    """Base of all policies: the bookkeeping around ``PolicyHooks``. Subclasses set ``name``/``description``
+    and override the hooks they need; the defaults below place nothing."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
@@ -143,7 +178,7 @@ class Policy:
     def __post_init__(self) -> None:
         self.setup()
 
-    # -- hooks for subclasses -------------------------------------------------
+    # -- PolicyHooks defaults ----------------------------------------------------
     def setup(self) -> None:
         """Resolve options against the topology; raise ConfigError naming the field."""
 

@@ -46,7 +46,7 @@ def take_cpus(topology: Topology, free: Iterable[int], count: int, *,
         if need:
             need = _take_whole_units(topology.nodes.values(), free_set, need, out)
     if need:
-        node_of, core_of = topology._node_of.__getitem__, topology._core_of.__getitem__
+        node_of, core_of = topology.node_of, topology.core_of
         core_free = Counter(map(core_of, free_set))
         node_free = Counter(map(node_of, free_set))
         near_nodes = topology.nodes_of(near) if near else frozenset()

@@ -54,11 +54,20 @@ class HookResult:
 
 
 class ResourceManagerHook(Protocol):
-    """Implemented by the resource manager; called by the relay under its lock."""
+    """Implemented by the resource manager; called by the relay under its lock.
 
-    def before(self, method: str, request: Message) -> HookResult: ...
+    Two entry points are optional, called when the hook has them (the updates they return are sent):
+    ``sync_with_runtime(pods, containers)`` once at startup with the runtime's listing, and
+    ``reconfigure(config)`` with a re-read forced config.
+    """
 
-    def after(self, method: str, request: Message, response: Message) -> list[ContainerUpdate]: ...
+    def before(self, method: str, request: Message) -> HookResult:
+        """Before forwarding: maybe a replacement request, and updates for other containers."""
+        ...
+
+    def after(self, method: str, request: Message, response: Message) -> list[ContainerUpdate]:
+        """After the runtime answered with success: record the outcome; updates for other containers."""
+        ...
 
 
 class NoopHook:

@@ -85,7 +85,7 @@ class Relay:
         if self.image is not self.runtime:
             wait_for_runtime(self.image, self.image_socket, stop=self.stopping, timeout=self.runtime_wait_timeout)
         self.snapshot = sync_from_runtime(self.runtime)
-        self._call_hook_entry("sync", self.snapshot.pods, self.snapshot.containers)
+        self._call_hook_entry("sync_with_runtime", self.snapshot.pods, self.snapshot.containers)
         os.makedirs(os.path.dirname(self.relay_socket) or ".", exist_ok=True)
         remove_stale_socket(self.relay_socket)
         transport: SpliceServer | GrpcTransport
@@ -134,7 +134,7 @@ class Relay:
         self._call_hook_entry("reconfigure", config)
 
     def _call_hook_entry(self, entry: str, *args: object) -> None:
-        """Call an optional resource-manager entry point (``sync``, ``reconfigure``) under the hook lock.
+        """Call an optional resource-manager entry point (``sync_with_runtime``, ``reconfigure``) under the hook lock.
 
         Like the hook calls, a failure is logged and counted and never stops the relay; any
         container updates it returns are sent to the runtime right away.

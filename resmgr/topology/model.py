@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 CoreKey = tuple[int, int, int]  # (package, die, core_id): core ids repeat across packages/dies
@@ -37,6 +37,10 @@ class Topology:
     dies: dict[DieKey, frozenset[int]] = field(init=False)
     nodes: dict[int, frozenset[int]] = field(init=False)
     cores: dict[CoreKey, frozenset[int]] = field(init=False)
+    # cpu id -> NUMA node / core. Bound dict lookups rather than methods: the CPU allocator calls
+    # them for every candidate CPU, and a method call would double the cost of a decision.
+    node_of: Callable[[int], int] = field(init=False, repr=False, compare=False)
+    core_of: Callable[[int], CoreKey] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         def group(key) -> dict:
@@ -50,8 +54,8 @@ class Topology:
         self.nodes = group(lambda c: c.node)
         self.cores = group(lambda c: c.core_key)
         self.isolated = frozenset(self.isolated) & frozenset(self.cpus)
-        self._node_of = {c.id: c.node for c in self.cpus.values()}
-        self._core_of = {c.id: c.core_key for c in self.cpus.values()}
+        self.node_of = {c.id: c.node for c in self.cpus.values()}.__getitem__
+        self.core_of = {c.id: c.core_key for c in self.cpus.values()}.__getitem__
         # Per-core facts the CPU allocator looks up on every allocation.
         self.core_node = {key: self.cpus[min(cpus)].node for key, cpus in self.cores.items()}
         self.core_first = {key: min(cpus) for key, cpus in self.cores.items()}
@@ -61,16 +65,9 @@ class Topology:
     def online(self) -> frozenset[int]:
         return frozenset(self.cpus)
 
-    def core_of(self, cpu: int) -> CoreKey:
-        return self._core_of[cpu]
-
-    def node_of(self, cpu: int) -> int:
-        return self._node_of[cpu]
-
     def nodes_of(self, cpus: Iterable[int]) -> frozenset[int]:
         """NUMA nodes whose CPUs intersect ``cpus`` (the memory nodes to pin to)."""
-        node_of = self._node_of
-        return frozenset(node_of[c] for c in cpus)
+        return frozenset(map(self.node_of, cpus))
 
     def describe(self) -> str:
         threads = max((len(v) for v in self.cores.values()), default=0)

@@ -28,7 +28,7 @@ class PinningHook(NoopHook):
         self.created: list[str] = []
         self.synced: tuple[list, list] | None = None
 
-    def sync(self, pods, containers):
+    def sync_with_runtime(self, pods, containers):
         self.synced = (pods, containers)
         # Like the resource manager re-placing what it finds: move running containers to CPU 1.
         return [ContainerUpdate(c.id, cpuset_cpus="1", reason="startup") for c in containers

@@ -11,14 +11,17 @@ from resmgr.configplane.adjustments import (
     ContainerView,
     node_name_matches,
     parse_adjustment,
-    parse_memory_quantity,
     plan_adjustments,
 )
 
 WEB = ContainerView(id="c1", name="web", namespace="prod", pod_name="web-0", qos_class="Burstable",
                     labels={"tier": "frontend"}, pod_labels={"app": "shop"}, annotations={"a": "1"})
+
+
 DB = ContainerView(id="c2", name="db", namespace="prod", pod_name="db-0", qos_class="Guaranteed",
                    pod_labels={"app": "shop"})
+
+
 SYS = ContainerView(id="c3", name="coredns", namespace="kube-system", pod_name="coredns-1")
 
 
@@ -126,9 +129,3 @@ def test_invalid_specs_name_the_field(body, field):
 def test_not_json():
     plan = plan_adjustments("n", {"ns/x": "{nope"}, [WEB])
     assert "not valid JSON" in plan.outcomes["ns/x"].error
-
-
-@pytest.mark.parametrize("text,expected", [("1Gi", 2**30), ("1G", 10**9), ("512Mi", 512 * 2**20), (1024, 1024),
-                                           ("1.5Ki", 1536)])
-def test_memory_quantities(text, expected):
-    assert parse_memory_quantity(text) == expected

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from resmgr.manager.cache import Cache, CacheData
+from resmgr.manager.cache import Cache, CacheData, CacheEncoder
 
 
 def state(n: int) -> bytes:
-    return json.dumps(CacheData(config_source=f"state-{n}").to_json()).encode()
+    return CacheEncoder().encode_data(CacheData(config_source=f"state-{n}"))
 
 
 def test_background_saves_coalesce_and_flush_writes_the_newest(tmp_path: Path, monkeypatch) -> None:
@@ -73,3 +73,16 @@ def test_no_temporary_files_are_left(tmp_path: Path, background: bool) -> None:
         cache.save_encoded(state(n))
     cache.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+
+
+def test_one_encoder_writes_what_load_reads(tmp_path: Path) -> None:
+    data = CacheData(pods={"p": {"id": "p"}}, containers={"c": {"id": "c"}, "pending:1": {"id": "x"}},
+                     policy="static", policy_data={"grants": {"c": {"pool": "shared"}}, "shared": [1, 2]},
+                     config={"policy": {"Active": "static"}}, config_source="agent")
+    cache = Cache(tmp_path)
+    cache.save_encoded(CacheEncoder(skip_prefix="pending:").encode_data(data))
+    loaded = cache.load()
+    assert loaded.containers == {"c": {"id": "c"}}  # allocations the runtime did not confirm are not cached
+    assert (loaded.pods, loaded.policy, loaded.policy_data, loaded.config, loaded.config_source) == \
+        (data.pods, data.policy, data.policy_data, data.config, data.config_source)
+    assert json.loads((tmp_path / "cache").read_text())["version"] == 1

@@ -15,6 +15,8 @@ from resmgr.manager.resource_manager import ResourceManager
 from resmgr.topology import Topology, parse_cpuset
 
 STATIC = "policy:\n  Active: static\n  ReservedResources:\n    cpu: cpuset:0,64\n"
+
+
 TA = "policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: cpuset:0\n"
 
 
@@ -150,19 +152,25 @@ def test_force_config_wins_and_blocks_updates(topologies: dict[str, Topology], t
         rm.set_config(validate_config_text(TA))
 
 
-def test_from_options_reads_files(sysfs_roots: dict[str, Path], tmp_path: Path) -> None:
+def test_startup_files_feed_the_resource_manager(sysfs_roots: dict[str, Path], tmp_path: Path) -> None:
+    from resmgr.config.files import StartupConfigs
+    from resmgr.topology import discover_topology
+
+    def start(relay_dir: Path, fallback_path: str) -> ResourceManager:
+        files = StartupConfigs.load(None, fallback_path)
+        return ResourceManager(discover_topology(sysfs_roots["8numa-256"]), relay_dir=relay_dir,
+                               fallback_config=files.fallback_config, sysfs_root=str(sysfs_roots["8numa-256"]))
+
     fallback = tmp_path / "fallback.cfg"
     fallback.write_text(TA)
-    rm = ResourceManager.from_options(relay_dir=tmp_path / "state", fallback_config=str(fallback),
-                                      sysfs_root=str(sysfs_roots["8numa-256"]))
+    rm = start(tmp_path / "state", str(fallback))
     assert rm.policy.name == "topology-aware" and len(rm.topology.cpus) == 256
     fallback.write_text("policy:\n  Active: static\n  AvailableResources:\n    cpu: cpuset:0-999\n")
     with pytest.raises(ConfigError) as info:
-        ResourceManager.from_options(relay_dir=tmp_path / "state2", fallback_config=str(fallback),
-                                     sysfs_root=str(sysfs_roots["8numa-256"]))
+        start(tmp_path / "state2", str(fallback))
     assert info.value.field == "policy.AvailableResources.cpu"
     with pytest.raises(ConfigError, match="cannot read config file"):
-        ResourceManager.from_options(relay_dir=tmp_path / "s3", fallback_config=str(tmp_path / "missing.cfg"))
+        start(tmp_path / "s3", str(tmp_path / "missing.cfg"))
 
 
 def test_cache_is_versioned_atomic_and_resettable(topologies: dict[str, Topology], tmp_path: Path) -> None:
@@ -223,20 +231,6 @@ def test_crash_between_create_and_answer(topologies: dict[str, Topology], tmp_pa
     assert d.runtime_view() == d.rm.placements()
     owned = d.rm.policy.exclusive_sets()
     assert all(not parse_cpuset(d.runtime.cpusets[be][0]) & cpus for cpus in owned.values())
-
-
-def test_config_files_too_big_or_binary(tmp_path: Path) -> None:
-    from resmgr.config import MAX_CONFIG_BYTES
-    from resmgr.manager.resource_manager import read_config_file
-
-    big = tmp_path / "big.cfg"
-    big.write_text("logger:\n  Debug: " + "x" * (MAX_CONFIG_BYTES + 10) + "\n")
-    with pytest.raises(ConfigError, match="over the limit"):
-        read_config_file(big)
-    binary = tmp_path / "bin.cfg"
-    binary.write_bytes(b"\xff\xfe\x00policy")
-    with pytest.raises(ConfigError, match="not UTF-8"):
-        read_config_file(binary)
 
 
 def test_tampered_cache_is_not_trusted(topologies: dict[str, Topology], tmp_path: Path) -> None:

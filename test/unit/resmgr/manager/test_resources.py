@@ -90,11 +90,3 @@ def test_webhook_annotation_gives_exact_resources_and_qos() -> None:
     assert (c.qos, c.request_milli, c.memory_limit) == (QOS_GUARANTEED, 2000, 128 << 20)
     req.sandbox_config.annotations["intel.com/resources"] = "{not json"
     assert container_from_create_request(req, None).request_milli == 1000  # falls back to the estimate
-
-
-@pytest.mark.parametrize(("text", "value"), [("1Gi", 1 << 30), ("512M", 512_000_000), (1024, 1024),
-                                             ("1.5Ki", 1536), ("2e3", 2000)])
-def test_memory_quantities(text: object, value: int) -> None:
-    from resmgr.manager.resources import parse_memory_quantity
-
-    assert parse_memory_quantity(text) == value

@@ -260,3 +260,7 @@ def test_topology_dependent_config_errors(topologies: dict[str, Topology], text:
     with pytest.raises(ConfigError) as info:
         create_policy(validate_config_text(text), topologies["2s-2n-16c-2t"])
     assert info.value.field == field
+
+
+def test_policy_registry_always_offers_none():
+    assert "none" in available_policies()

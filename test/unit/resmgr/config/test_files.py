@@ -1,0 +1,101 @@
+"""Config files given on the command line (fallback/force), read once, and the precedence between sources."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from resmgr.config import MAX_CONFIG_BYTES, ConfigError
+from resmgr.config.files import StartupConfigs, choose_config, read_config_file
+from resmgr.relay.settings import SettingsError, settings_from_config
+
+GOOD = """\
+policy:
+  Active: none
+dump:
+  Config: 'off:.*,short:((Create)|(Start)|(Run)|(Update)|(Stop)|(Remove)).*'
+  File: /tmp/cri-full-message.dump
+instrumentation:
+  HTTPEndpoint: 127.0.0.1:9999
+logger:
+  Debug: relay,dump
+"""
+
+
+def test_good_config(tmp_path):
+    path = tmp_path / "fallback.cfg"
+    path.write_text(GOOD)
+    files = StartupConfigs.load(None, str(path))
+    config, source = choose_config(force=files.force_config, fallback=files.fallback_config)
+    assert files.describe(source) == str(path)
+    settings = settings_from_config(config, source)
+    assert settings.metrics_address == "127.0.0.1:9999"
+    assert settings.debug_modules == ["relay", "dump"]
+    assert settings.dump.level_for("CreateContainer") == "short"
+    assert settings.dump.file == "/tmp/cri-full-message.dump"
+    assert settings.policy == "none"
+
+
+def test_force_wins_over_fallback(tmp_path):
+    (tmp_path / "f.cfg").write_text("dump:\n  Config: 'full:.*'\n")
+    (tmp_path / "b.cfg").write_text("dump:\n  Config: 'off:.*'\n")
+    files = StartupConfigs.load(str(tmp_path / "f.cfg"), str(tmp_path / "b.cfg"))
+    config, source = choose_config(force=files.force_config, fallback=files.fallback_config)
+    assert files.describe(source).endswith("f.cfg") and settings_from_config(config).dump.level_for("X") == "full"
+    assert choose_config() == ({}, "defaults")
+
+
+def test_precedence_force_cache_fallback_defaults():
+    force, cached, fallback = {"a": 1}, {"b": 2}, {"c": 3}
+    assert choose_config(force=force, cached=cached, cached_source="agent", fallback=fallback) == \
+        (force, "force-config")
+    assert choose_config(cached=cached, cached_source="agent", fallback=fallback) == (cached, "agent")
+    assert choose_config(cached=cached, fallback=fallback) == (cached, "cache")
+    assert choose_config(fallback=fallback) == (fallback, "fallback-config")
+
+
+@pytest.mark.parametrize("text, problem, error", [
+    ("policy: [unclosed", "", ConfigError),
+    ("- a\n- b\n", "", ConfigError),
+    ("dump:\n  Config: 'loud:.*'\n", "dump.Config", SettingsError),
+])
+def test_bad_configs_name_the_file(tmp_path, text, problem, error):
+    path = tmp_path / "bad.cfg"
+    path.write_text(text)
+    with pytest.raises(error) as err:
+        settings_from_config(read_config_file(str(path)).config, str(path))
+    assert str(path) in str(err.value)
+    assert problem in str(err.value)
+
+
+def test_missing_oversized_and_binary_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        read_config_file(str(tmp_path / "nope.cfg"))
+    big = tmp_path / "big.cfg"
+    big.write_bytes(b"#" * (1024 * 1024 + 1))
+    with pytest.raises(ConfigError, match="over the limit of 1048576 bytes"):
+        read_config_file(str(big))
+    binary = tmp_path / "bin.cfg"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        read_config_file(str(binary))
+
+
+def test_config_files_too_big_or_binary(tmp_path: Path) -> None:
+    big = tmp_path / "big.cfg"
+    big.write_text("logger:\n  Debug: " + "x" * (MAX_CONFIG_BYTES + 10) + "\n")
+    with pytest.raises(ConfigError, match="over the limit"):
+        read_config_file(big)
+    binary = tmp_path / "bin.cfg"
+    binary.write_bytes(b"\xff\xfe\x00policy")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        read_config_file(binary)
+
+
+def test_digest_is_of_the_bytes_read(tmp_path: Path) -> None:
+    import hashlib
+
+    path = tmp_path / "f.cfg"
+    path.write_bytes(GOOD.encode())
+    assert read_config_file(path).digest == hashlib.sha256(GOOD.encode()).hexdigest()
