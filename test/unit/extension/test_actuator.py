@@ -1,0 +1,159 @@
+"""The Actuator over an in-memory API (test/unit/extension/fake_api.py): what it deploys, waits for and deletes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from unit.extension.fake_api import FakeApis
+
+from extension import constants as c
+from extension.actuator import Actuator, ActuatorSettings, UninstallTimeout
+from extension.errors import ConfigurationError, WaitingError
+from extension.gardener.cluster import ClusterInfo
+from extension.installation import UNINSTALL
+
+REPO = Path(__file__).resolve().parents[3]
+NS = "shoot--dev--local"
+MRS = "managedresources"
+FALLBACK = "policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: 750m\n"
+
+
+def cluster(**changes) -> ClusterInfo:
+    base = dict(name=NS, kubernetes_version="1.31.1", hibernated=False, worker_pools=("pool-a",),
+                shoot_deleting=False, shoot_failed=False, force_deletion=False)
+    return ClusterInfo(**{**base, **changes})
+
+
+def extension(provider_config=None) -> dict:
+    spec = {"type": c.EXTENSION_TYPE}
+    if provider_config is not None:
+        spec["providerConfig"] = provider_config
+    return {"metadata": {"name": "cri-resmgr", "namespace": NS, "generation": 1}, "spec": spec}
+
+
+def provider_config(**configs: str) -> dict:
+    return {"apiVersion": "cri-resmgr.extensions.gardener.cloud/v1alpha1", "kind": "CriResMgrConfig",
+            "configs": configs}
+
+
+@pytest.fixture
+def apis() -> FakeApis:
+    return FakeApis()
+
+
+def make_actuator(apis: FakeApis, helm: str = "helm-is-not-needed", **settings) -> Actuator:
+    return Actuator(apis, ActuatorSettings(chart_dir=REPO / "charts" / "internal" / "cri-resmgr-installation",
+                                           images_file=REPO / "charts" / "images.yaml", helm=helm, **settings))
+
+
+@pytest.fixture
+def actuator(apis: FakeApis, tools) -> Actuator:
+    return make_actuator(apis, str(tools.helm), uninstall_timeout=600)
+
+
+def mark_healthy(apis: FakeApis, name: str = c.MANAGED_RESOURCE_NAME) -> None:
+    """What gardener-resource-manager reports once it applied the ManagedResource's current generation."""
+    mr = apis.store.objects[(MRS, NS, name)]
+    mr["status"] = {"observedGeneration": mr["metadata"]["generation"], "conditions": [
+        {"type": "ResourcesApplied", "status": "True"}, {"type": "ResourcesHealthy", "status": "True"},
+        {"type": "ResourcesProgressing", "status": "False"}]}
+
+
+def secret_of(apis: FakeApis, name: str = c.MANAGED_RESOURCE_NAME) -> str:
+    return apis.object(MRS, NS, name)["spec"]["secretRefs"][0]["name"]
+
+
+def test_hibernated_shoot_is_validated_but_gets_nothing(apis: FakeApis) -> None:
+    actuator = make_actuator(apis)  # nothing is rendered, so no helm is needed
+    detail = actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster(hibernated=True))
+    assert detail == "Shoot is hibernated; nothing deployed"
+    assert apis.store.calls == []
+    with pytest.raises(ConfigurationError, match="fallback"):
+        actuator.reconcile(extension(provider_config(fallback="policy:\n  Active: nope\n")),
+                           cluster(hibernated=True))
+
+
+def test_reconcile_deploys_both_components_and_is_idempotent(apis: FakeApis, actuator: Actuator) -> None:
+    detail = actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster())
+    runtime, monitoring = apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME), \
+        apis.object(MRS, NS, c.MONITORING_MANAGED_RESOURCE_NAME)
+    assert "class" not in runtime["spec"]  # targets the shoot
+    assert monitoring["spec"]["class"] == "seed"
+    secret = secret_of(apis)
+    assert detail.startswith("Deployed ") and detail.endswith(f"via secret {secret}")
+    assert apis.object("secrets", NS, secret) is not None
+    writes = len(apis.store.calls)
+    assert actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster()) == detail
+    # The same content keeps the same secret: no new secret, only the ManagedResources are patched again.
+    assert [verb for verb, _ in apis.store.calls[writes:]] == ["patch", "patch"]
+
+
+def test_delete_rolls_the_uninstall_and_waits_for_it(apis: FakeApis, actuator: Actuator) -> None:
+    ex = extension(provider_config(fallback=FALLBACK))
+    actuator.reconcile(ex, cluster())
+    installed = secret_of(apis)
+    with pytest.raises(WaitingError, match="waiting for the uninstall rollout to become healthy"):
+        actuator.delete(ex, cluster(), runtime_seconds=1)
+    uninstalling = secret_of(apis)
+    assert uninstalling != installed  # the installer now runs in uninstall mode
+    assert apis.object("secrets", NS, installed)["metadata"]["labels"][c.GARBAGE_COLLECTABLE_LABEL] == "true"
+    with pytest.raises(UninstallTimeout, match="not healthy after 601s"):
+        actuator.delete(ex, cluster(), runtime_seconds=601)
+    mark_healthy(apis)
+    assert actuator.delete(ex, cluster(), runtime_seconds=602) == \
+        "Uninstalled cri-resmgr and deleted managed resources"
+    assert [key for key in apis.store.objects if key[0] in (MRS, "secrets")] == []
+
+
+def test_uninstall_values_keep_only_the_node_selection(apis: FakeApis, actuator: Actuator) -> None:
+    pc = {**provider_config(fallback=FALLBACK), "nodeSelector": {"role": "compute"}}
+    installation = actuator.uninstallation(extension(pc), cluster())
+    assert installation.values.mode == UNINSTALL
+    assert installation.values.node_selector == {"role": "compute"}
+    assert installation.values.static_configs == {} and installation.values.dynamic_configs == {}
+    # A providerConfig that no longer validates still uninstalls (everywhere).
+    broken = actuator.uninstallation(extension({"configs": "not a mapping"}), cluster())
+    assert broken.values.mode == UNINSTALL and broken.values.node_selector == {}
+
+
+@pytest.mark.parametrize("changes, detail", [
+    ({"force_deletion": True}, "Force-deleted managed resources without waiting"),
+    ({"hibernated": True}, "Shoot is hibernated; deleted managed resources without waiting"),
+    ({"shoot_deleting": True}, "Shoot is being deleted; deleted managed resources without waiting"),
+])
+def test_delete_without_waiting(apis: FakeApis, actuator: Actuator, changes: dict, detail: str) -> None:
+    ex = extension(provider_config(fallback=FALLBACK))
+    actuator.reconcile(ex, cluster())
+    assert actuator.delete(ex, cluster(**changes), runtime_seconds=0) == detail
+    assert [key for key in apis.store.objects if key[0] in (MRS, "secrets")] == []
+
+
+def test_delete_of_nothing_and_of_a_managed_resource_being_deleted(apis: FakeApis) -> None:
+    actuator = make_actuator(apis)
+    assert actuator.delete(extension(), cluster(), runtime_seconds=0) == "Deleted managed resources"
+    apis.store.put((MRS, NS, c.MANAGED_RESOURCE_NAME),
+                   {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"secretRefs": []}})
+    with pytest.raises(WaitingError, match=f"waiting for managed resource {c.MANAGED_RESOURCE_NAME} to be deleted"):
+        actuator.delete(extension(), cluster(), runtime_seconds=0)
+
+
+def test_migrate_keeps_the_objects_and_removes_our_resources(apis: FakeApis, actuator: Actuator) -> None:
+    ex = extension(provider_config(fallback=FALLBACK))
+    actuator.reconcile(ex, cluster())
+    writes = len(apis.store.calls)
+    assert actuator.migrate(ex).startswith("Migrated")
+    calls = apis.store.calls[writes:]
+    for name in (c.MANAGED_RESOURCE_NAME, c.MONITORING_MANAGED_RESOURCE_NAME):
+        # keepObjects is set before the ManagedResource goes, so gardener-resource-manager leaves the shoot alone.
+        assert calls.index(("patch", (MRS, NS, name))) < calls.index(("delete", (MRS, NS, name)))
+    assert apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME) is None
+
+
+def test_base_configs_come_from_the_operator_configmap(apis: FakeApis) -> None:
+    actuator = make_actuator(apis, configmap_namespace="garden")
+    with pytest.raises(ConfigurationError, match="base configs ConfigMap not found"):
+        actuator.base_configs()
+    apis.core.config_maps[("garden", c.CONFIGS_CONFIGMAP_NAME)] = {"fallback": FALLBACK}
+    split = actuator.configs(actuator.provider_config(extension(provider_config(default=FALLBACK))))
+    assert set(split.static) == {"fallback"} and set(split.dynamic) == {"default"}

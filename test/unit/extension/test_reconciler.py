@@ -1,0 +1,143 @@
+"""The reconciler over an in-memory API (test/unit/extension/fake_api.py): which operation runs and what
+lastOperation, lastError, observedGeneration, annotations and the finalizer say afterwards."""
+
+from __future__ import annotations
+
+import pytest
+from unit.extension.fake_api import FakeApis
+from unit.extension.test_actuator import FALLBACK, MRS, NS, make_actuator, mark_healthy, provider_config
+
+from extension import constants as c
+from extension.errors import RetryLater
+from extension.gardener import status
+from extension.reconciler import CONFIG_RETRY_MAX, OperatorSettings, Reconciler
+
+EXT = ("extensions", NS, "cri-resmgr")
+
+
+def put_cluster(apis: FakeApis, *, hibernated: bool = False, failed: bool = False) -> None:
+    shoot = {"metadata": {"name": "local"},
+             "spec": {"kubernetes": {"version": "1.31.1"}, "hibernation": {"enabled": hibernated},
+                      "provider": {"workers": [{"name": "pool-a"}]}},
+             "status": {"lastOperation": {"state": "Failed" if failed else "Succeeded"}}}
+    apis.store.put(("clusters", "", NS), {"spec": {"shoot": shoot}})
+
+
+def put_extension(apis: FakeApis, pc: dict | None = None, annotation: str | None = None, **meta) -> None:
+    metadata = {"name": "cri-resmgr", "namespace": NS, "finalizers": [c.FINALIZER], "resourceVersion": "1",
+                "annotations": {c.OPERATION_ANNOTATION: annotation} if annotation else {}, **meta}
+    apis.store.put(EXT, {"metadata": metadata, "spec": {"type": c.EXTENSION_TYPE, "providerConfig": pc}})
+
+
+def extension(apis: FakeApis) -> dict:
+    return apis.object(*EXT)
+
+
+@pytest.fixture
+def apis() -> FakeApis:
+    apis = FakeApis()
+    put_cluster(apis, hibernated=True)
+    return apis
+
+
+def reconciler(apis: FakeApis, helm: str = "helm-is-not-needed", **settings) -> Reconciler:
+    return Reconciler(apis, make_actuator(apis, helm),
+                      OperatorSettings(**{"retry_delay_min": 1, "retry_delay_max": 8, **settings}))
+
+
+def test_first_reconcile_is_create_and_records_success(apis: FakeApis) -> None:
+    put_extension(apis, provider_config(fallback=FALLBACK), annotation=c.OPERATION_RECONCILE)
+    assert reconciler(apis).change(NS, "cri-resmgr") == "Shoot is hibernated; nothing deployed"
+    ex = extension(apis)
+    last = ex["status"]["lastOperation"]
+    assert (last["type"], last["state"], last["progress"]) == (status.CREATE, status.SUCCEEDED, 100)
+    assert ex["status"]["observedGeneration"] == ex["metadata"]["generation"]
+    assert "lastError" not in ex["status"]
+    assert c.OPERATION_ANNOTATION not in ex["metadata"]["annotations"]  # removed before reconciling
+    # Nothing changed since: the next event runs nothing.
+    writes = len(apis.store.calls)
+    assert reconciler(apis).change(NS, "cri-resmgr") is None
+    assert apis.store.calls[writes:] == []
+
+
+def test_configuration_error_is_recorded_and_retried_soon(apis: FakeApis) -> None:
+    put_extension(apis, provider_config(fallback="policy:\n  Active: nope\n"))
+    with pytest.raises(RetryLater) as err:
+        reconciler(apis, retry_delay_max=600).change(NS, "cri-resmgr", retry=9)
+    assert err.value.delay == CONFIG_RETRY_MAX  # a fixed config is picked up quickly, whatever the backoff
+    st = extension(apis)["status"]
+    assert st["lastOperation"]["state"] == status.ERROR
+    assert st["lastError"]["codes"] == [status.ERR_CONFIGURATION_PROBLEM]
+    assert "Unable to reconcile Extension resource" in st["lastError"]["description"]
+
+
+def test_missing_cluster_and_failed_shoot(apis: FakeApis) -> None:
+    put_extension(apis, provider_config(fallback=FALLBACK))
+    del apis.store.objects[("clusters", "", NS)]
+    with pytest.raises(RetryLater, match="Cluster"):
+        reconciler(apis).change(NS, "cri-resmgr", retry=2)
+    put_cluster(apis, failed=True)
+    assert reconciler(apis).change(NS, "cri-resmgr") is None
+    assert "status" not in extension(apis)
+
+
+def test_migrate_then_restore(apis: FakeApis) -> None:
+    put_extension(apis, provider_config(fallback=FALLBACK), annotation=c.OPERATION_MIGRATE)
+    assert reconciler(apis).change(NS, "cri-resmgr").startswith("Migrated")
+    ex = extension(apis)
+    assert ex["status"]["lastOperation"]["type"] == status.MIGRATE
+    assert ex["status"]["lastOperation"]["state"] == status.SUCCEEDED
+    assert c.FINALIZER not in ex["metadata"]["finalizers"]
+    assert c.OPERATION_ANNOTATION not in ex["metadata"]["annotations"]
+    # Restore runs on the new seed and takes its annotation away only after success.
+    apis.custom.patch_namespaced_custom_object("", "", NS, "extensions", "cri-resmgr", {
+        "metadata": {"annotations": {c.OPERATION_ANNOTATION: c.OPERATION_RESTORE}}})
+    assert reconciler(apis).change(NS, "cri-resmgr") == "Shoot is hibernated; nothing deployed"
+    ex = extension(apis)
+    assert ex["status"]["lastOperation"]["type"] == status.RESTORE
+    assert c.OPERATION_ANNOTATION not in ex["metadata"]["annotations"]
+
+
+def test_delete_waits_for_the_uninstall_then_succeeds(apis: FakeApis, tools) -> None:
+    put_cluster(apis)
+    put_extension(apis, provider_config(fallback=FALLBACK))
+    r = reconciler(apis, str(tools.helm))
+    assert r.change(NS, "cri-resmgr").startswith("Deployed")
+    with pytest.raises(RetryLater, match="uninstall rollout"):
+        r.delete(NS, "cri-resmgr", runtime_seconds=1)
+    last = extension(apis)["status"]["lastOperation"]
+    assert (last["type"], last["state"]) == (status.DELETE, status.PROCESSING)
+    assert "waiting for the uninstall rollout" in last["description"]
+    mark_healthy(apis)
+    assert r.delete(NS, "cri-resmgr", runtime_seconds=5, retry=1) == \
+        "Uninstalled cri-resmgr and deleted managed resources"
+    last = extension(apis)["status"]["lastOperation"]
+    assert (last["type"], last["state"]) == (status.DELETE, status.SUCCEEDED)
+    assert apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME) is None
+
+
+def test_delete_leaves_migrated_and_vanished_extensions_alone(apis: FakeApis) -> None:
+    put_extension(apis)
+    apis.custom.patch_namespaced_custom_object_status("", "", NS, "extensions", "cri-resmgr", {
+        "status": {"lastOperation": {"type": status.MIGRATE, "state": status.SUCCEEDED}}})
+    writes = len(apis.store.calls)
+    assert reconciler(apis).delete(NS, "cri-resmgr", runtime_seconds=0) is None
+    assert apis.store.calls[writes:] == []
+    assert reconciler(apis).delete(NS, "gone", runtime_seconds=0) is None
+
+
+def test_cluster_change_triggers_reconciled_extensions_in_ignore_mode(apis: FakeApis) -> None:
+    put_extension(apis, provider_config(fallback=FALLBACK))
+    r = reconciler(apis, ignore_operation_annotation=True)
+    r.change(NS, "cri-resmgr")
+    annotations = extension(apis)["metadata"]["annotations"]
+    from extension.gardener import triggers
+
+    assert triggers.RECONCILED_DIGEST_ANNOTATION in annotations
+    cluster = apis.object("clusters", "", NS)
+    r.cluster_changed(cluster)  # unchanged: nothing to do
+    assert triggers.CLUSTER_DIGEST_ANNOTATION not in extension(apis)["metadata"]["annotations"]
+    cluster["spec"]["shoot"]["spec"]["kubernetes"]["version"] = "1.31.2"
+    r.cluster_changed(cluster)
+    assert extension(apis)["metadata"]["annotations"][triggers.CLUSTER_DIGEST_ANNOTATION] != \
+        annotations[triggers.RECONCILED_DIGEST_ANNOTATION]
