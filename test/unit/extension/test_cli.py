@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import logging
 import subprocess
 import sys
-
-from extension.logs import JsonFormatter, kopf_context
 
 
 def run(*args):
@@ -42,12 +38,3 @@ def test_missing_kubeconfig_is_a_clear_error(tmp_path):
 def test_bad_interval(tmp_path):
     r = run("--helm", "/bin/true", "--health-interval", "0")
     assert r.returncode == 2 and "--health-interval must be > 0" in r.stderr
-
-
-def test_json_log_line_has_context():
-    rec = logging.LogRecord("extension.x", logging.INFO, __file__, 1, "hello %s", ("world",), None)
-    rec.namespace = "shoot--a--b"
-    rec.k8s_ref = {"namespace": "shoot--a--b", "name": "cri-resmgr"}
-    out = json.loads(JsonFormatter(kopf_context).format(rec))
-    assert out["msg"] == "hello world" and out["level"] == "info" and out["logger"] == "extension.x"
-    assert out["namespace"] == "shoot--a--b" and out["name"] == "cri-resmgr" and "ts" in out
