@@ -9,7 +9,6 @@ parent per QoS class, CPU shares/quota, memory limit).
 from __future__ import annotations
 
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
 from fixtures.sysfs_builder import THIS_MACHINE, build_sysfs
+from fixtures.waiting import eventually
 
 from resmgr.config import validate_config_text
 from resmgr.manager.resource_manager import ResourceManager
@@ -31,15 +31,6 @@ SHAPES = {  # QoS -> (cgroup parent QoS dir, container resources as kubelet woul
     "burstable": {"cpu_shares": 512},
     "besteffort": {"cpu_shares": 2},
 }
-
-
-def eventually(check, timeout: float = 15) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 class Node:

@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 
 from cri_api.v1 import api_pb2
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
+from fixtures.waiting import eventually
 
 from resmgr.relay.hooks import ContainerUpdate, HookResult, NoopHook
-
-
-def eventually(check, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 class PinningHook(NoopHook):
@@ -75,7 +66,7 @@ def test_hook_places_containers_and_updates_others(containerd, inproc_relay, tmp
     assert hook.calls[:4] == [("before", "RunPodSandbox"), ("after", "RunPodSandbox"),
                               ("before", "CreateContainer"), ("after", "CreateContainer")]
     assert eventually(lambda: relay.metrics.registry.get_sample_value("cri_resmgr_container_updates_total",
-                                                                      {"result": "ok"}) == 1)
+                                                                      {"result": "ok"}) == 1, timeout=10)
     # Non-intercepted calls never reach the hook.
     containerd.crictl("ps", endpoint=ep)
     assert not any(m in ("ListContainers", "Version") for _, m in hook.calls)
@@ -100,7 +91,7 @@ def test_failing_hook_never_fails_kubelet(containerd, inproc_relay, tmp_path):
     for method in ("RunPodSandbox", "CreateContainer", "StartContainer"):
         for phase in ("before", "after"):
             assert eventually(lambda m=method, p=phase: relay.metrics.registry.get_sample_value(
-                "cri_resmgr_policy_errors_total", {"method": m, "phase": p}) == 1), (method, phase)
+                "cri_resmgr_policy_errors_total", {"method": m, "phase": p}) == 1, timeout=10), (method, phase)
 
 
 def test_startup_sync_sees_existing_pods(containerd, inproc_relay, tmp_path):
