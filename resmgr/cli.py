@@ -145,8 +145,9 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
         # The files are read once, here, and checked first: a bad file is reported with its path
         # before any state is touched.
         files = StartupConfigs.load(args.force_config, args.fallback_config)
-        for file in files.files():
-            settings_from_config(file.config, file.path)
+        first = files.force or files.fallback  # the file in force unless the agent's cached config wins
+        if first is not None:
+            settings_from_config(first.config, first.path)
         if hook_factory is None:
             rm = build_resource_manager(args, files)
             config, source = rm.config, rm.config_source  # precedence decided there, with the cache

@@ -65,9 +65,6 @@ class StartupConfigs:
     def fallback_config(self) -> dict[str, Any] | None:
         return self.fallback.config if self.fallback is not None else None
 
-    def files(self) -> list[ConfigFile]:
-        return [f for f in (self.force, self.fallback) if f is not None]
-
     def describe(self, source: str) -> str:
         """A source label as a person reads it: the file's path for the two files."""
         file = {FORCE: self.force, FALLBACK: self.fallback}.get(source)

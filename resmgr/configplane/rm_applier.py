@@ -18,7 +18,7 @@ from typing import Any
 
 from resmgr.config import ConfigError
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView, container_view
-from resmgr.manager.resource_manager import ResourceManager
+from resmgr.manager.resource_manager import Resize, ResourceManager
 from resmgr.manager.resources import ContainerInfo, qos_from_resources
 from resmgr.relay.hooks import ContainerUpdate
 
@@ -60,8 +60,8 @@ class ResourceManagerApplier:
 
     def apply_adjustments(self, overrides: dict[str, ContainerOverride]) -> dict[str, str]:
         # Containers that lost their override get their own resources back (None).
-        resize = {cid: None if override is None else partial(adjusted, override=override)
-                  for cid in set(overrides) | set(self._active) for override in [overrides.get(cid)]}
+        resize: dict[str, Resize | None] = {cid: None for cid in self._active}
+        resize.update({cid: partial(adjusted, override=override) for cid, override in overrides.items()})
         result = self.rm.re_place(resize, reason="adjustment")
         errors = {cid: "container is not running" for cid in result.missing if cid in overrides}
         errors.update(result.errors)
