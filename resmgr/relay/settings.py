@@ -7,14 +7,11 @@ is already validated with the shared schema when it gets here.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from resmgr.relay.dump import DumpConfig, dump_config_from_section
 from resmgr.relay.metrics import DEFAULT_METRICS_ADDRESS
-
-log = logging.getLogger(__name__)
 
 
 class SettingsError(ValueError):
