@@ -17,3 +17,19 @@ def test_available_resources_limit_everything(topologies: dict[str, Topology]) -
     p.allocate("b", ctr("b"))
     for cpus, mems in p.placements().values():
         assert cpus <= allowed and mems == {1}
+
+
+def test_every_policy_keeps_the_hook_contract() -> None:
+    import inspect
+
+    from resmgr.policy.base import PolicyHooks
+    from resmgr.policy.registry import _POLICIES
+
+    hooks = [name for name, member in vars(PolicyHooks).items()
+             if inspect.isfunction(member) and not name.startswith("_")]
+    assert "decide" in hooks and "placement" in hooks
+    for cls in _POLICIES.values():
+        for hook in hooks:
+            # As many parameters as the contract: the base class's bookkeeping calls every policy alike.
+            assert len(inspect.signature(getattr(cls, hook)).parameters) == \
+                len(inspect.signature(getattr(PolicyHooks, hook)).parameters), (cls.name, hook)
