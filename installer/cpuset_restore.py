@@ -18,7 +18,7 @@ from cri_api.v1 import api_pb2, api_pb2_grpc
 
 from installer.cri_check import OWN_CONNECTION
 from installer.host import Host
-from resmgr.sockets import endpoint_path
+from resmgr.rpc.sockets import endpoint_path
 
 log = logging.getLogger("installer.cpuset_restore")
 

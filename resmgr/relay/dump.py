@@ -32,7 +32,7 @@ from typing import IO, Any
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError, Message
 
-from resmgr.cache import DEFAULT_RELAY_DIR
+from resmgr.options import DEFAULT_RELAY_DIR
 from resmgr.relay.methods import cri_methods
 
 log = logging.getLogger("resmgr.dump")
