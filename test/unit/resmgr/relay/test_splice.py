@@ -16,6 +16,7 @@ import h2.connection
 import h2.events
 import pytest
 from cri_api.v1 import api_pb2
+from fixtures.waiting import eventually
 
 from resmgr.relay.dump import Dumper
 from resmgr.relay.hooks import INTERCEPTED_METHODS, HookResult, NoopHook
@@ -144,6 +145,13 @@ def test_rewritten_requests_keep_both_ends_on_the_same_window(spliced):
         assert trailers[b"grpc-status"] == b"0"
         grown = api_pb2.CreateContainerResponse.FromString(grpc_message(body)).container_id
         assert int(grown[1:]) > 30000  # the runtime saw the rewritten request
+    # The relay reads the runtime's WINDOW_UPDATEs along after forwarding them, so the client can
+    # have its answer a moment before the relay's own view has caught up: let it land first.
+    def relay_caught_up() -> bool:
+        with upstream.lock:
+            return relay.send_window == upstream.conn.inbound_flow_control_window
+
+    eventually(relay_caught_up, timeout=5)
     with upstream.lock:
         for _headers, data in upstream.requests.values():
             sent = api_pb2.CreateContainerRequest.FromString(grpc_message(bytes(data)))
