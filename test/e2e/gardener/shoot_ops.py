@@ -12,11 +12,12 @@ import importlib.util
 import json
 import shlex
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from fixtures.waiting import wait_until  # noqa: F401 - scenarios call shoot_ops.wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -97,19 +98,6 @@ def shoot_reconciled(shoot: dict) -> tuple[bool, str]:
         return False, f"lastOperation {op.get('type')} {op.get('state')} {op.get('progress')}%: " \
                       f"{op.get('description', '')}"
     return True, ""
-
-
-def wait_until(what: str, check, timeout: float, interval: float = 10):
-    """Poll ``check() -> (done, reason)`` until done; on timeout fail naming the last reason."""
-    deadline = time.monotonic() + timeout
-    reason = "not checked"
-    while True:
-        done, reason = check()
-        if done:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: still waiting after {timeout:.0f}s: {reason}")
-        time.sleep(interval)
 
 
 def wait_shoot_reconciled(garden: Kube, namespace: str, name: str, timeout: float = 1800) -> None:
