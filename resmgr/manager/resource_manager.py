@@ -5,17 +5,19 @@ It implements ``resmgr.relay.hooks.ResourceManagerHook``:
 * ``RunPodSandbox``: records the pod (after the runtime assigned its id).
 * ``CreateContainer``: estimates the container's resources, lets the policy decide,
   and writes ``cpuset_cpus``/``cpuset_mems`` into the request's Linux resources.
-  The runtime's container id is bound in ``after``. If the runtime fails the call
-  (``after`` never comes), the allocation is released at the next hook call:
-  calls are serialised by the relay, so nothing else can interleave.
-* ``UpdateContainerResources``: keeps the policy's cpuset in kubelet's updates.
+  The decision reserves the CPUs under a pending key; ``after`` binds the runtime's
+  container id to it, ``failed`` releases it.
+* ``UpdateContainerResources``: keeps the policy's cpuset in kubelet's updates; a
+  resize is undone by ``failed`` (exactly, when no other decision came in between).
 * ``StopContainer``/``StopPodSandbox``: release CPUs; ``RemoveContainer``/
   ``RemovePodSandbox``: also forget the container/pod.
 
 Whenever a decision changes other containers' cpusets (a shared pool shrinks or
 grows, a balloon is resized), ``ContainerUpdate``s for them are returned, and
-the relay sends them to the runtime. State is persisted in the cache after every
-change that the runtime confirmed.
+the relay sends them to the runtime, numbered in decision order (``ContainerUpdate.seq``)
+so that the relay never lets an older one land last. Only decisions hold the lock;
+calls to the runtime run concurrently. State is persisted in the cache after every
+change that the runtime confirmed (and after a reservation that moved other containers).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from resmgr.manager.resources import (
     pod_from_sandbox_config,
 )
 from resmgr.options import DEFAULT_RELAY_DIR
-from resmgr.policy.base import Policy, RestoreError
+from resmgr.policy.base import Placement, Policy, RestoreError
 from resmgr.policy.registry import active_policy_name, create_policy
 from resmgr.relay.hooks import ContainerUpdate, HookResult
 from resmgr.topology.cpuset import format_cpuset
@@ -69,6 +71,25 @@ class RePlaced:
     missing: list[str] = field(default_factory=list)
 
 
+@dataclass
+class PendingCreate:
+    """A CreateContainer's reservation: its pending key and the cpuset the request carries."""
+
+    key: str
+    placement: tuple[str | None, str | None]
+
+
+@dataclass
+class PendingResize:
+    """A resize waiting for the runtime: the container and policy state before it, to undo a refusal."""
+
+    cid: str
+    container: ContainerInfo
+    state: dict[str, Any]
+    placement: Placement
+    mutation: int = 0
+
+
 def _same_resources(a: ContainerInfo, b: ContainerInfo) -> bool:
     return all(getattr(a, f) == getattr(b, f) for f in ("request_milli", "limit_milli", "memory_limit", "qos"))
 
@@ -85,11 +106,12 @@ class ResourceManager:
         self.cache = Cache(relay_dir, fsync=cache_fsync, background=background_save)
         self.forced = force_config is not None
         self._lock = threading.RLock()
-        self._pending: str | None = None
-        # A resize waits for the runtime's answer: (container id, its info and the policy state
-        # before the resize), to roll back to exactly that if the runtime refuses it.
-        self._resize_undo: tuple[str, ContainerInfo, dict[str, Any]] | None = None
+        # Reservations waiting for the runtime's answer: pending creates by key, resizes by id().
+        self._creates: dict[str, PendingCreate] = {}
+        self._resizes: dict[int, PendingResize] = {}
         self._seq = count()
+        self._decisions = count(1)  # numbers every decision's updates (ContainerUpdate.seq)
+        self._mutations = 0  # bumped whenever policy state changes: tells whether an undo can be exact
         data = self.cache.load()
         if data.config is not None:
             try:  # the cache is a file on disk: trust nothing in it
@@ -209,56 +231,106 @@ class ResourceManager:
     def reconfigure(self, config: dict[str, Any], source: str = FORCE) -> list[ContainerUpdate]:
         """SIGHUP: apply the re-read ``--force-config`` (same rules as set_config, never refused as forced)."""
         with self._lock:
-            return self._apply(config, source)
+            return self._number(self._apply(config, source))
 
     # -- hook protocol --------------------------------------------------------------------------
+    # Calls run concurrently: only decisions and their bookkeeping hold ``_lock``, never the runtime
+    # call. A decision reserves (a pending allocation, a resize with its undo record) and hands the
+    # record back as the HookResult's ``call``; ``after`` confirms it, ``failed`` gives it back.
     def before(self, method: str, request: Message) -> HookResult:
         with self._lock:
-            updates = self._settle_previous_call()
             if method == "CreateContainer":
-                return self._before_create(request, updates)
-            if method == "UpdateContainerResources":
-                updates += self._resize(request)
-                return HookResult(request=self._enforce_update(request), updates=updates)
-            return HookResult(updates=updates)
+                result = self._before_create(request)
+            elif method == "UpdateContainerResources":
+                call, updates = self._resize(request)
+                new_request, placed = self._enforce_update(request)
+                result = HookResult(request=new_request, updates=updates, call=call, placed=placed)
+            else:
+                return HookResult()
+            self._number(result.updates, result.placed)
+            return result
 
-    def after(self, method: str, request: Message, response: Message) -> list[ContainerUpdate]:
+    def after(self, method: str, request: Message, response: Message, call: object = None) -> list[ContainerUpdate]:
         with self._lock:
-            if method == "RunPodSandbox":
-                pod = pod_from_sandbox_config(response.pod_sandbox_id, request.config)
-                self.pods[pod.id] = pod
-                self.save()
-                return []
+            return self._number(self._after(method, request, response, call))
+
+    def failed(self, method: str, request: Message, call: object = None) -> list[ContainerUpdate]:
+        """The runtime failed the call: give back what ``before`` reserved for it."""
+        with self._lock:
             if method == "CreateContainer":
-                return self._after_create(request, response)
-            if method == "UpdateContainerResources" and self._resize_undo is not None:
-                self._resize_undo = None
-                self.save()
-                return []
-            if method == "StopContainer":
-                return self._release([request.container_id], forget=False, reason="container stopped")
-            if method == "RemoveContainer":
-                return self._release([request.container_id], forget=True, reason="container removed")
-            if method in ("StopPodSandbox", "RemovePodSandbox"):
-                pod_id = request.pod_sandbox_id
-                cids = [cid for cid, c in self.containers.items() if c.pod_id == pod_id]
-                forget = method == "RemovePodSandbox"
-                updates = self._release(cids, forget=forget, reason=f"pod {method[:-7].lower()}ped")
-                if forget and self.pods.pop(pod_id, None) is not None:
-                    self.save()
-                return updates
+                record = self._create_record(call)
+                return self._number(self._drop_failed_create(record) if record is not None else [])
+            if method == "UpdateContainerResources":
+                resize = self._resize_record(call, request)
+                return self._number(self._undo_refused_resize(resize) if resize is not None else [])
             return []
 
-    def _before_create(self, request: Message, updates: list[ContainerUpdate]) -> HookResult:
+    def _number(self, updates: list[ContainerUpdate], *also: ContainerUpdate | None) -> list[ContainerUpdate]:
+        """Give this decision's updates the next decision number, so that newer ones win (resmgr.relay.update_order)."""
+        seq = next(self._decisions)
+        for u in (*updates, *also):
+            if u is not None:
+                u.seq = seq
+        return updates
+
+    def _after(self, method: str, request: Message, response: Message, call: object) -> list[ContainerUpdate]:
+        if method == "RunPodSandbox":
+            pod = pod_from_sandbox_config(response.pod_sandbox_id, request.config)
+            self.pods[pod.id] = pod
+            self.save()
+            return []
+        if method == "CreateContainer":
+            return self._after_create(request, response, self._create_record(call))
+        if method == "UpdateContainerResources":
+            if self._resize_record(call, request) is not None:
+                self.save()  # the runtime applied the resize: now it is the state to restore
+            return []
+        if method == "StopContainer":
+            return self._release([request.container_id], forget=False, reason="container stopped")
+        if method == "RemoveContainer":
+            return self._release([request.container_id], forget=True, reason="container removed")
+        if method in ("StopPodSandbox", "RemovePodSandbox"):
+            pod_id = request.pod_sandbox_id
+            cids = [cid for cid, c in self.containers.items() if c.pod_id == pod_id]
+            forget = method == "RemovePodSandbox"
+            updates = self._release(cids, forget=forget, reason=f"pod {method[:-7].lower()}ped")
+            if forget and self.pods.pop(pod_id, None) is not None:
+                self.save()
+            return updates
+        return []
+
+    def _create_record(self, call: object) -> PendingCreate | None:
+        """The reservation ``call`` stands for, taken out of the pending ones (callers without handles: the oldest)."""
+        if isinstance(call, PendingCreate):
+            return self._creates.pop(call.key, None)
+        if call is None and self._creates:
+            return self._creates.pop(next(iter(self._creates)))
+        return None
+
+    def _resize_record(self, call: object, request: Message) -> PendingResize | None:
+        if isinstance(call, PendingResize):
+            return self._resizes.pop(id(call), None)
+        if call is None:  # a caller without handles: the newest resize of that container
+            for key, r in reversed(self._resizes.items()):
+                if r.cid == request.container_id:
+                    return self._resizes.pop(key)
+        return None
+
+    def _before_create(self, request: Message) -> HookResult:
         pod = self.pods.get(request.pod_sandbox_id)
         container = container_from_create_request(request, pod)
         key = f"{PENDING_PREFIX}{next(self._seq)}"
         old = self.policy.group_state()
         self.policy.allocate(key, container)
-        self._pending = key
+        self._mutations += 1
         cpus, mems = self.policy.placement(key)
+        record = self._creates[key] = PendingCreate(key, (fmt_cpus(cpus), fmt_cpus(mems)))
+        reason = f"{container.namespace}/{container.pod_name}/{container.name} created"
+        updates = diff_groups(self.policy, old, skip=key, reason=reason)
+        if updates:  # the reservation moved running containers: the cache must know where they are
+            self.save()
         if cpus is None and mems is None:
-            return HookResult(updates=updates + diff_groups(self.policy, old, skip=key))
+            return HookResult(updates=updates, call=record)
         new_request = type(request)()
         new_request.CopyFrom(request)
         resources = new_request.config.linux.resources
@@ -266,14 +338,13 @@ class ResourceManager:
             resources.cpuset_cpus = format_cpuset(cpus)
         if mems is not None:
             resources.cpuset_mems = format_cpuset(mems)
-        reason = f"{container.namespace}/{container.pod_name}/{container.name} created"
-        updates += diff_groups(self.policy, old, skip=key, reason=reason)
-        return HookResult(request=new_request, updates=updates)
+        return HookResult(request=new_request, updates=updates, call=record)
 
-    def _after_create(self, request: Message, response: Message) -> list[ContainerUpdate]:
-        key, self._pending = self._pending, None
+    def _after_create(self, request: Message, response: Message, record: PendingCreate | None
+                      ) -> list[ContainerUpdate]:
         cid = response.container_id
-        if key is None or key not in self.policy.containers:
+        self._mutations += 1
+        if record is None or record.key not in self.policy.containers:
             # Not decided by us (e.g. the hook failed before); adopt it now.
             pod = self.pods.get(request.pod_sandbox_id)
             container = container_from_create_request(request, pod)
@@ -283,78 +354,98 @@ class ResourceManager:
             self.policy.allocate(cid, container)
             self.save()
             return diff_groups(self.policy, old, skip=cid, reason="container adopted")
-        self.policy.rename(key, cid)
+        self.policy.rename(record.key, cid)
         container = self.policy.containers[cid]
         container.id = cid
         self.containers[cid] = container
         self.save()
+        # Decisions made while the runtime created it moved its group, but a pending container
+        # gets no updates: the cpuset it was created with may be stale now.
+        cpus, mems = self.policy.placement(cid)
+        now = (fmt_cpus(cpus), fmt_cpus(mems))
+        if now != record.placement and (cpus is not None or mems is not None):
+            return [ContainerUpdate(cid, now[0], now[1], reason="placement changed while it was created")]
         return []
 
-    def _settle_previous_call(self) -> list[ContainerUpdate]:
-        """Calls are serialized, so a create or resize whose answer never came has failed."""
-        return self._undo_refused_resize() + self._drop_failed_create()
-
-    def _undo_refused_resize(self) -> list[ContainerUpdate]:
-        undo, self._resize_undo = self._resize_undo, None
-        if undo is None:
-            return []
-        cid, container, state = undo
+    def _undo_refused_resize(self, undo: PendingResize) -> list[ContainerUpdate]:
+        cid = undo.cid
         log.warning("UpdateContainerResources of %s did not succeed; undoing its resize", cid)
+        if cid not in self.policy.containers:
+            return []  # removed meanwhile: nothing left to undo
         before = self.policy.placements()
-        live = dict(self.policy.containers)
-        live[cid] = self.containers[cid] = container
-        # Restoring the exported state (not release + allocate) gives back exactly the CPUs every
-        # container had, so the runtime, which kept them, and the cache agree with the policy again.
-        self.policy.restore_state(state, live)
-        return diff_placements(before, self.policy.placements(), reason=f"resize of {cid} refused")
+        self.containers[cid] = undo.container
+        if undo.mutation == self._mutations:
+            # Nothing was decided since: restoring the exported state (not release + allocate) gives
+            # back exactly the CPUs every container had, so the runtime, which kept them, and the
+            # cache agree with the policy again.
+            live = dict(self.policy.containers)
+            live[cid] = undo.container
+            self.policy.restore_state(undo.state, live)
+        else:
+            # Other decisions came in between and must survive: place it again with its own resources.
+            self._place(cid, undo.container, always=True)
+            self.save()
+        self._mutations += 1
+        after = self.policy.placements()
+        updates = diff_placements(before, after, reason=f"resize of {cid} refused")
+        cpus, mems = after[cid]
+        # The runtime kept what the container had before the resize; it must end up where the policy says.
+        if (cpus, mems) != undo.placement and (cpus is not None or mems is not None) and \
+                all(u.container_id != cid for u in updates):
+            updates.append(ContainerUpdate(cid, fmt_cpus(cpus), fmt_cpus(mems), reason=f"resize of {cid} refused"))
+        return updates
 
-    def _drop_failed_create(self) -> list[ContainerUpdate]:
-        key, self._pending = self._pending, None
-        if key is None:
+    def _drop_failed_create(self, record: PendingCreate) -> list[ContainerUpdate]:
+        if record.key not in self.policy.containers:
             return []
         log.warning("CreateContainer did not succeed; releasing its allocation")
         old = self.policy.group_state()
-        self.policy.release(key)
+        self.policy.release(record.key)
+        self._mutations += 1
         # Releasing need not undo the decision exactly (a balloon shrinks by other CPUs than it
         # grew by), so the cache must learn the new state, or a restart restores the old one.
         self.save()
         return diff_groups(self.policy, old, reason="failed create released")
 
-    def _resize(self, request: Message) -> list[ContainerUpdate]:
+    def _resize(self, request: Message) -> tuple[PendingResize | None, list[ContainerUpdate]]:
         """Kubelet changed a container's CPU/memory (in-place resize): re-place it if it asks for more or less."""
         cid = request.container_id
         container = self.containers.get(cid)
         if container is None or cid not in self.policy.containers or not request.HasField("linux"):
-            return []
+            return None, []
         if not request.linux.cpu_shares:  # not kubelet's resource update (e.g. only a cpuset change)
-            return []
+            return None, []
         resources = estimate_linux_resources(request.linux)
         if resources == (container.request_milli, container.limit_milli, container.memory_limit):
-            return []
+            return None, []
         resized = dataclasses.replace(container, request_milli=resources[0], limit_milli=resources[1],
                                       memory_limit=resources[2])
-        self._resize_undo = (cid, container, self.policy.export_state())
+        undo = PendingResize(cid, container, self.policy.export_state(), self.policy.placement(cid))
         old = self.policy.group_state()
         # Saved once the runtime applied it (after); only the groups it moved are diffed (hot path).
         self._place(cid, resized, always=True)
         self.containers[cid] = resized
+        self._mutations += 1
+        undo.mutation = self._mutations
+        self._resizes[id(undo)] = undo
         log.info("container %s resized to request=%dm limit=%dm memory=%d", cid, *resources)
-        return diff_groups(self.policy, old, skip=cid, reason=f"container {cid} resized")
+        return undo, diff_groups(self.policy, old, skip=cid, reason=f"container {cid} resized")
 
-    def _enforce_update(self, request: Message) -> Message | None:
+    def _enforce_update(self, request: Message) -> tuple[Message | None, ContainerUpdate | None]:
+        """Kubelet's update with the policy's cpuset, and that cpuset as an update (ordered with the others)."""
         cid = request.container_id
         if cid not in self.policy.containers:
-            return None
+            return None, None
         cpus, mems = self.policy.placement(cid)
         if cpus is None and mems is None:
-            return None
+            return None, None
         new_request = type(request)()
         new_request.CopyFrom(request)
         if cpus is not None:
             new_request.linux.cpuset_cpus = format_cpuset(cpus)
         if mems is not None:
             new_request.linux.cpuset_mems = format_cpuset(mems)
-        return new_request
+        return new_request, ContainerUpdate(cid, fmt_cpus(cpus), fmt_cpus(mems), reason="kubelet update")
 
     def _release(self, cids: list[str], *, forget: bool, reason: str) -> list[ContainerUpdate]:
         if not cids:
@@ -368,6 +459,7 @@ class ResourceManager:
             if forget and self.containers.pop(cid, None) is not None:
                 changed = True
         if changed:
+            self._mutations += 1
             self.save()
         return diff_groups(self.policy, old, reason=reason)
 
@@ -404,8 +496,9 @@ class ResourceManager:
                     self._place(cid, own, always=True)
                     changed = True
             if changed:
+                self._mutations += 1
                 self.save()
-            result.updates = diff_placements(old, self.policy.placements(), reason=reason)
+            result.updates = self._number(diff_placements(old, self.policy.placements(), reason=reason))
         return result
 
     def _place(self, cid: str, target: ContainerInfo, *, always: bool = False) -> bool:
@@ -427,7 +520,7 @@ class ResourceManager:
             if self.forced:
                 raise ConfigError("<document>", "a forced config (--force-config) is in effect; "
                                                 "configuration updates are ignored", source=source)
-            return self._apply(config, source)
+            return self._number(self._apply(config, source))
 
     def _apply(self, config: dict[str, Any], source: str) -> list[ContainerUpdate]:
         wanted = active_policy_name(config)
@@ -454,6 +547,7 @@ class ResourceManager:
             for cid, c in live.items():
                 policy.allocate(cid, c)
         self.policy = policy
+        self._mutations += 1
         self.config, self.config_source = config, source
         if not self.forced:
             self._cached_config = (config, source)
@@ -511,8 +605,9 @@ class ResourceManager:
             new = self.policy.placements()
             updates = diff_placements(old, new, reason="synced with runtime")
             pending = {u.container_id for u in updates}
-            unknown = sorted(self._unsynced) if known else [cid for cid in new if cid not in listed or
-                                                            listed[cid].state != CONTAINER_EXITED]
+            unknown = sorted(self._unsynced) if known else [
+                cid for cid in new if not cid.startswith(PENDING_PREFIX) and (
+                    cid not in listed or listed[cid].state != CONTAINER_EXITED)]
             for cid in [*adopted, *unknown]:
                 cpus, mems = new.get(cid, (None, None))
                 if (cpus is not None or mems is not None) and cid not in pending:
@@ -527,5 +622,6 @@ class ResourceManager:
                 if (want_c is not None and want_c != res.linux.cpuset_cpus) or (
                         want_m is not None and want_m != res.linux.cpuset_mems):
                     updates.append(ContainerUpdate(cid, want_c, want_m, reason="cgroup disagrees with policy"))
+            self._mutations += 1
             self.save()
-            return updates
+            return self._number(updates)

@@ -1,4 +1,4 @@
-"""Hands the state-changing CRI calls to the resource-manager hook, one at a time.
+"""Hands the state-changing CRI calls to the resource-manager hook, concurrently.
 
 The rule that matters: the relay never fails a kubelet request on its own account. An
 undecodable request, a hook that raises, or a request the hook returns that cannot be
@@ -18,6 +18,7 @@ from resmgr.relay.cri import api_pb2
 from resmgr.relay.hooks import ContainerUpdate, HookResult, ResourceManagerHook
 from resmgr.relay.methods import CriMethod
 from resmgr.relay.metrics import RelayMetrics
+from resmgr.relay.update_order import UpdateOrder
 
 log = logging.getLogger(__name__)
 
@@ -26,49 +27,79 @@ UpdateSender = Callable[[bytes], object]
 
 
 class Interceptor:
-    """Runs ``before`` / forward / ``after`` for intercepted methods under one lock."""
+    """Runs ``before`` / forward / ``after`` (or ``failed``) for intercepted methods, concurrently.
+
+    No lock is held across the runtime call: the hook serializes its own decisions, and
+    container updates go out through ``UpdateOrder``, so that the newest decision's cpuset is
+    the one a container keeps. A call's own updates are sent before its request is forwarded
+    (room is made before a container is created on it) and before its answer is returned.
+    """
 
     def __init__(self, hook: ResourceManagerHook, metrics: RelayMetrics, send_update: UpdateSender) -> None:
         self.hook = hook
         self.metrics = metrics
         self.send_update = send_update
-        # One state-changing request at a time through the resource manager, like cri-resource-manager.
+        self.order = UpdateOrder()
+        # Held only by the relay's own entry points (startup sync, SIGHUP reconfigure), never by calls.
         self.lock = threading.Lock()
 
     def handle(self, method: CriMethod, raw_request: bytes, forward: Callable[[bytes], bytes]) -> bytes:
         """Decode, consult the hook, forward, report the outcome; return the runtime's raw response.
 
-        ``forward`` sends bytes to the runtime and raises on a runtime error, which propagates.
+        ``forward`` sends bytes to the runtime and raises on a runtime error, which propagates
+        (after the hook's ``failed`` gave back what ``before`` reserved).
         """
         name = method.name
-        with self.lock:
-            request = self._decode(method.request_class, raw_request, name, "request")
-            if request is None:
-                return forward(raw_request)
-            outgoing = raw_request
-            result = self._call_hook(name, "before", self.hook.before, name, request)
-            if isinstance(result, HookResult):
-                if result.request is not None and result.request is not request:
-                    encoded = self._encode(result.request, method, name)
-                    if encoded is not None:
-                        outgoing, request = encoded, result.request
-                elif result.request is request:
-                    # The hook edited the decoded request in place.
-                    encoded = self._encode(request, method, name)
-                    if encoded is not None:
-                        outgoing = encoded
-                self.apply_updates(result.updates, name)
-            elif result is not None:
-                log.error("hook returned %r instead of a HookResult; forwarding unchanged",
-                          type(result).__name__, extra={"method": name})
-                self.metrics.policy_error(name, "before")
-            raw_response = forward(outgoing)
-            response = self._decode(method.response_class, raw_response, name, "response")
-            if response is not None:
-                updates = self._call_hook(name, "after", self.hook.after, name, request, response)
-                if updates:
-                    self.apply_updates(updates, name)
+        request = self._decode(method.request_class, raw_request, name, "request")
+        if request is None:
+            return forward(raw_request)
+        outgoing = raw_request
+        call: object = None
+        placed: ContainerUpdate | None = None
+        result = self._call_hook(name, "before", self.hook.before, name, request)
+        if isinstance(result, HookResult):
+            if result.request is not None and result.request is not request:
+                encoded = self._encode(result.request, method, name)
+                if encoded is not None:
+                    outgoing, request = encoded, result.request
+                    placed = result.placed
+            elif result.request is request:
+                # The hook edited the decoded request in place.
+                encoded = self._encode(request, method, name)
+                if encoded is not None:
+                    outgoing = encoded
+            call = result.call
+            self.apply_updates(result.updates, name)
+        elif result is not None:
+            log.error("hook returned %r instead of a HookResult; forwarding unchanged",
+                      type(result).__name__, extra={"method": name})
+            self.metrics.policy_error(name, "before")
+        try:
+            if isinstance(placed, ContainerUpdate) and placed.container_id:
+                raw_response = self.order.forward(placed, lambda: forward(outgoing), self._send)
+            else:
+                raw_response = forward(outgoing)
+        except BaseException:
+            self._failed(name, request, call)
+            raise
+        response = self._decode(method.response_class, raw_response, name, "response")
+        if response is None:
+            self._failed(name, request, call)  # what the runtime made is unknown: give the reservation back
             return raw_response
+        extra = () if call is None else (call,)
+        updates = self._call_hook(name, "after", self.hook.after, name, request, response, *extra)
+        if updates:
+            self.apply_updates(updates, name)
+        return raw_response
+
+    def _failed(self, name: str, request: object, call: object) -> None:
+        failed = getattr(self.hook, "failed", None)
+        if not callable(failed):
+            return
+        extra = () if call is None else (call,)
+        updates = self._call_hook(name, "failed", failed, name, request, *extra)
+        if updates:
+            self.apply_updates(updates, name)
 
     def _decode(self, message_class: type[Message], raw: bytes, name: str, what: str) -> Message | None:
         try:
@@ -114,11 +145,8 @@ class Interceptor:
                 log.error("ignoring malformed container update %r", update, extra={"method": reason_method})
                 self.metrics.policy_error(reason_method, "updates")
                 continue
-            linux = api_pb2.LinuxContainerResources(cpuset_cpus=update.cpuset_cpus or "",
-                                                    cpuset_mems=update.cpuset_mems or "")
-            request = api_pb2.UpdateContainerResourcesRequest(container_id=update.container_id, linux=linux)
             try:
-                self.send_update(request.SerializeToString())
+                sent = self.order.deliver(update, self._send)
             except Exception as err:
                 log.error("container update failed",
                           extra={"method": reason_method, "container": update.container_id,
@@ -127,11 +155,22 @@ class Interceptor:
                 self.metrics.container_updates.labels("error").inc()
                 self.metrics.relay_error("UpdateContainerResources", "policy_update")
             else:
+                if not sent:
+                    log.debug("container update superseded by a newer decision",
+                              extra={"method": reason_method, "container": update.container_id,
+                                     "seq": update.seq})
+                    continue
                 log.info("updated container resources",
                          extra={"method": reason_method, "container": update.container_id,
                                 "cpuset_cpus": update.cpuset_cpus, "cpuset_mems": update.cpuset_mems,
                                 "reason": update.reason})
                 self.metrics.container_updates.labels("ok").inc()
+
+    def _send(self, update: ContainerUpdate) -> object:
+        linux = api_pb2.LinuxContainerResources(cpuset_cpus=update.cpuset_cpus or "",
+                                                cpuset_mems=update.cpuset_mems or "")
+        request = api_pb2.UpdateContainerResourcesRequest(container_id=update.container_id, linux=linux)
+        return self.send_update(request.SerializeToString())
 
 
 def _error_text(err: Exception) -> str:

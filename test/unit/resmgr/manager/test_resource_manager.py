@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from cri_api.v1 import api_pb2
+from unit.resmgr.cri_requests import create_request
 from unit.resmgr.rm_driver import Driver
 
 from resmgr.config import ConfigError, validate_config_text
@@ -47,10 +48,13 @@ def test_failed_create_is_released(topologies: dict[str, Topology], tmp_path: Pa
     d = Driver(topologies["this-machine"], tmp_path, "policy:\n  Active: static\n  ReservedResources:\n    cpu: 1\n")
     be = d.create(d.run_pod("be"), "c")
     pod = d.run_pod("g", qos="guaranteed")
-    assert d.create(pod, "c", 1000, fail=True) is None
-    assert d.runtime.cpusets[be][0] == "0"  # the shared container was shrunk...
-    d.run_pod("other")  # ...and the next hook call releases the failed create and restores it
-    assert d.runtime.cpusets[be][0] == "0-1"
+    req = create_request(pod, d.runtime.pods[pod], "c", cpu_milli=1000)
+    result = d.rm.before("CreateContainer", req)
+    d.runtime.apply(result.updates)
+    assert d.runtime.cpusets[be][0] == "0"  # the shared container was shrunk for the reservation...
+    d.runtime.apply(d.rm.failed("CreateContainer", req, result.call))
+    assert d.runtime.cpusets[be][0] == "0-1"  # ...and the failure gave it back at once
+    assert Cache(tmp_path).load().policy_data["grants"].keys() == {be}  # and the cache knows
     g = d.create(pod, "c", 1000)
     assert d.runtime.cpusets[g][0] == "1"
 

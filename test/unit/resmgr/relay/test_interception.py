@@ -141,29 +141,77 @@ def test_failed_container_update_is_logged_not_raised(caplog):
     assert "container update failed" in caplog.text
 
 
-def test_calls_are_serialized_under_one_lock():
-    active, overlaps = [0], [0]
-    guard = threading.Lock()
+def test_a_call_waiting_for_the_runtime_blocks_no_other_call():
+    """A StopContainer that takes its whole grace period: other calls go through meanwhile."""
+    stop = cri_methods()[f"/{RUNTIME_SERVICE}/StopContainer"]
+    release, entered = threading.Event(), threading.Event()
 
-    class SlowHook(NoopHook):
-        def before(self, method, request):
-            with guard:
-                active[0] += 1
-                overlaps[0] = max(overlaps[0], active[0])
-            threading.Event().wait(0.01)
-            with guard:
-                active[0] -= 1
-            return HookResult()
+    def slow_forward(raw: bytes) -> bytes:
+        entered.set()
+        assert release.wait(60), "the slow call was never released"
+        return b""
 
-    interceptor = Interceptor(SlowHook(), RelayMetrics(), lambda raw: None)
-    raw = create_request().SerializeToString()
-    threads = [threading.Thread(target=interceptor.handle, args=(CREATE, raw, lambda b: RESPONSE))
-               for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert overlaps[0] == 1
+    interceptor = Interceptor(NoopHook(), RelayMetrics(), lambda raw: None)
+    stopping = threading.Thread(target=interceptor.handle,
+                                args=(stop, api_pb2.StopContainerRequest(container_id="x").SerializeToString(),
+                                      slow_forward))
+    stopping.start()
+    try:
+        assert entered.wait(60)
+        # The stop is still in the runtime; a create goes all the way through.
+        assert interceptor.handle(CREATE, create_request().SerializeToString(), lambda b: RESPONSE) == RESPONSE
+        assert stopping.is_alive()
+    finally:
+        release.set()
+        stopping.join()
+
+
+class ReservingHook(NoopHook):
+    """Hands out a call handle and records what comes back to it."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, object]] = []
+
+    def before(self, method, request):
+        return HookResult(call=("handle", method))
+
+    def after(self, method, request, response, call=None):
+        self.seen.append(("after", call))
+        return [ContainerUpdate("other", cpuset_cpus="1", seq=2)]
+
+    def failed(self, method, request, call=None):
+        self.seen.append(("failed", call))
+        return [ContainerUpdate("other", cpuset_cpus="0-1", seq=3)]
+
+
+def test_the_call_handle_comes_back_to_after_or_failed():
+    rec, hook = Recorder(), ReservingHook()
+    Interceptor(hook, RelayMetrics(), rec.send_update).handle(CREATE, create_request().SerializeToString(),
+                                                              rec.forward)
+    failing = Recorder(error=LookupError("runtime said no"))
+    with pytest.raises(LookupError):
+        Interceptor(hook, RelayMetrics(), failing.send_update).handle(
+            CREATE, create_request().SerializeToString(), failing.forward)
+    assert hook.seen == [("after", ("handle", "CreateContainer")), ("failed", ("handle", "CreateContainer"))]
+    assert [u.linux.cpuset_cpus for u in rec.updates] == ["1"]
+    assert [u.linux.cpuset_cpus for u in failing.updates] == ["0-1"]
+
+
+def test_an_undecodable_response_gives_the_reservation_back():
+    hook = ReservingHook()
+    rec = Recorder(response=b"\x0a\xff\xff\xff\xff")
+    Interceptor(hook, RelayMetrics(), rec.send_update).handle(CREATE, create_request().SerializeToString(),
+                                                              rec.forward)
+    assert hook.seen == [("failed", ("handle", "CreateContainer"))]
+
+
+def test_an_older_decision_never_lands_after_a_newer_one():
+    rec = Recorder()
+    interceptor = Interceptor(NoopHook(), RelayMetrics(), rec.send_update)
+    interceptor.apply_updates([ContainerUpdate("a", cpuset_cpus="2-3", seq=7)], "test")
+    interceptor.apply_updates([ContainerUpdate("a", cpuset_cpus="0-3", seq=5)], "test")  # late, stale
+    interceptor.apply_updates([ContainerUpdate("b", cpuset_cpus="1", seq=5)], "test")  # another container
+    assert [(u.container_id, u.linux.cpuset_cpus) for u in rec.updates] == [("a", "2-3"), ("b", "1")]
 
 
 @settings(max_examples=examples(300), deadline=None)
