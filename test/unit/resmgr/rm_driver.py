@@ -70,6 +70,7 @@ class Driver:
         result = self.rm.before("CreateContainer", req)
         self.runtime.apply(result.updates)
         if fail:
+            self.runtime.apply(self.rm.failed("CreateContainer", req, result.call))
             return None
         sent = result.request or req
         self.seq += 1
@@ -79,14 +80,15 @@ class Driver:
         self.runtime.container_pod[cid] = pod_id
         self.runtime.container_name[cid] = name
         resp = api_pb2.CreateContainerResponse(container_id=cid)
-        self.runtime.apply(self.rm.after("CreateContainer", sent, resp))
+        self.runtime.apply(self.rm.after("CreateContainer", sent, resp, result.call))
         return cid
 
     def call(self, method: str, request: Any, response: Any, *, fail: bool = False) -> None:
-        """One relayed call; with ``fail`` the runtime refuses it, so ``after`` never comes."""
+        """One relayed call; with ``fail`` the runtime refuses it: ``failed`` instead of ``after``."""
         result = self.rm.before(method, request)
         self.runtime.apply(result.updates)
         if fail:
+            self.runtime.apply(self.rm.failed(method, result.request or request, result.call))
             return
         if method == "UpdateContainerResources":
             sent = result.request or request
@@ -101,7 +103,7 @@ class Driver:
                 for d in (self.runtime.cpusets, self.runtime.container_pod, self.runtime.container_name):
                     d.pop(cid, None)
             self.runtime.pods.pop(request.pod_sandbox_id, None)
-        self.runtime.apply(self.rm.after(method, request, response))
+        self.runtime.apply(self.rm.after(method, request, response, result.call))
 
     def remove_container(self, cid: str) -> None:
         self.call("StopContainer", api_pb2.StopContainerRequest(container_id=cid), api_pb2.StopContainerResponse())
@@ -127,7 +129,7 @@ class Driver:
         self.call("UpdateContainerResources", req, api_pb2.UpdateContainerResourcesResponse(), fail=fail)
 
     def settle(self) -> None:
-        """Let the resource manager notice a failed CreateContainer, as the next relayed call does."""
+        """Another relayed call. Failed calls are reported at once (``failed``), so nothing is left to settle."""
         self.runtime.apply(self.rm.before("StartContainer", api_pb2.StartContainerRequest(container_id="-")).updates)
 
     def restart(self, *, statuses: bool = True, **kw: Any) -> list[ContainerUpdate]:
