@@ -22,6 +22,12 @@ extensions.gardener.cloud/cri-resmgr-extension, status lastOperation/lastError/
 observedGeneration, the condition SystemComponentsHealthy and the heartbeat
 Lease gardener-extension-heartbeat.
 
+Base configs: a change of the ConfigMap gardener-extension-cri-resmgr-configs
+reaches every Extension without a restart: each successful reconcile records
+the digest of the base configs it used, and an Extension whose record differs
+from the ConfigMap gets gardener.cloud/operation=reconcile (not while it is
+being processed).
+
 Environment: EXTENSION_CONFIGMAP_NAMESPACE (where the base configs ConfigMap
 gardener-extension-cri-resmgr-configs lives), IMAGEVECTOR_OVERWRITE (image
 vector overwrite file), KUBECONFIG (outside a cluster), POD_NAMESPACE
@@ -47,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Extensions processed at the same time (default: 10)")
     p.add_argument("--health-interval", type=float, default=30.0, metavar="SECONDS",
                    help="seconds between health checks of each Extension (default: 30)")
+    p.add_argument("--base-configs-interval", type=float, default=10.0, metavar="SECONDS",
+                   help="how often each Extension is compared with the base configs ConfigMap; one that was "
+                        "last reconciled with other base configs gets gardener.cloud/operation=reconcile "
+                        "(default: 10)")
     p.add_argument("--heartbeat-interval", type=float, default=30.0, metavar="SECONDS",
                    help="seconds between renewals of the heartbeat Lease (default: 30)")
     p.add_argument("--heartbeat-namespace", default=os.environ.get("POD_NAMESPACE"),
@@ -116,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, flag) < 1:
             sys.stderr.write(f"gardener-extension-cri-resmgr: --{flag.replace('_', '-')} must be >= 1\n")
             return 2
-    for flag in ("health_interval", "heartbeat_interval", "poll_interval", "retry_delay_min", "retry_delay_max",
+    for flag in ("health_interval", "base_configs_interval", "heartbeat_interval", "poll_interval",
+                 "retry_delay_min", "retry_delay_max",
                  "peering_lifetime"):
         if getattr(args, flag) <= 0:
             sys.stderr.write(f"gardener-extension-cri-resmgr: --{flag.replace('_', '-')} must be > 0\n")

@@ -103,6 +103,12 @@ def build_registry(h: Reconciler) -> kopf.OperatorRegistry:
     def on_health(body: Any, **_: Any) -> None:
         h.health_check(dict(body))
 
+    # A changed base-configs ConfigMap is no event on any Extension: each one compares its record with it.
+    @kopf.timer(**res, id="base-configs", interval=h.settings.base_configs_interval, when=wants_health,
+                initial_delay=min(5.0, h.settings.base_configs_interval))
+    def on_base_configs(body: Any, **_: Any) -> None:
+        h.check_base_configs(dict(body))
+
     if ignore:
         # Gardener's library also watches Clusters in this mode (hibernation, versions, workers).
         @kopf.on.event(c.EXTENSIONS_GROUP, c.EXTENSIONS_VERSION, c.CLUSTERS_PLURAL, registry=registry)

@@ -35,7 +35,8 @@ def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Pa
     settings = OperatorSettings(
         ignore_operation_annotation=args.ignore_operation_annotation,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
-        health_interval=args.health_interval, heartbeat_interval=args.heartbeat_interval,
+        health_interval=args.health_interval, base_configs_interval=args.base_configs_interval,
+        heartbeat_interval=args.heartbeat_interval,
         heartbeat_namespace=args.heartbeat_namespace,
         retry_delay_min=args.retry_delay_min, retry_delay_max=args.retry_delay_max,
         peering_name=None if args.standalone else args.peering, peering_priority=args.priority,

@@ -8,10 +8,14 @@ stale), so running one twice for one event is a no-op.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from extension import base_configs
 from extension import constants as c
 from extension.actuator import Actuator, UninstallTimeout
 from extension.errors import ConfigurationError, RetryLater, WaitingError
@@ -37,6 +41,7 @@ class OperatorSettings:
     peering_name: str | None = c.EXTENSION_NAME
     peering_priority: int | None = None
     peering_lifetime: int = 60
+    base_configs_interval: float = 10.0
 
 
 def backoff(retry: int, settings: OperatorSettings) -> float:
@@ -50,6 +55,25 @@ class Reconciler:
         self.apis = apis
         self.actuator = actuator
         self.settings = settings
+        self.base_configs = base_configs.BaseConfigsDigest(
+            apis, actuator.settings.configmap_namespace, max_age=settings.base_configs_interval / 2)
+        # Extensions an operation of this process is working on (the periodic checks leave them alone).
+        self._busy: set[tuple[str, str]] = set()
+        self._busy_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _working(self, namespace: str, name: str) -> Iterator[None]:
+        with self._busy_lock:
+            self._busy.add((namespace, name))
+        try:
+            yield
+        finally:
+            with self._busy_lock:
+                self._busy.discard((namespace, name))
+
+    def is_busy(self, namespace: str, name: str) -> bool:
+        with self._busy_lock:
+            return (namespace, name) in self._busy
 
     def _fresh(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -70,6 +94,10 @@ class Reconciler:
 
     def change(self, namespace: str, name: str, retry: int = 0) -> str | None:
         """Create/update/resume: reconcile, restore or migrate as Gardener's reconciler would."""
+        with self._working(namespace, name):
+            return self._change(namespace, name, retry)
+
+    def _change(self, namespace: str, name: str, retry: int) -> str | None:
         ex = self._fresh(namespace, name)
         if ex is None or not triggers.needs_processing(
                 ex, ignore_operation_annotation=self.settings.ignore_operation_annotation):
@@ -98,6 +126,9 @@ class Reconciler:
         status.patch_status(self.apis, ns, name, status.processing_status(
             op_type, "Restoring Extension resource" if restore else "Reconciling Extension resource"))
         try:
+            # Read before the actuator reads the ConfigMap: a change in between costs one more reconcile,
+            # never a missed one.
+            used_base_configs = self.base_configs.fresh()
             detail = self.actuator.restore(ex, cluster) if restore else self.actuator.reconcile(ex, cluster)
         except ConfigurationError as err:
             # kopf runs a changed spec only when the pending retry is due, so keep these short:
@@ -112,6 +143,7 @@ class Reconciler:
             status.patch_status(self.apis, ns, name, status.succeeded_status(op_type, done, generation))
             if self.settings.ignore_operation_annotation:
                 self._set_annotation(ns, name, triggers.RECONCILED_DIGEST_ANNOTATION, cluster.digest)
+            base_configs.record(self.apis, ns, name, used_base_configs)
             if restore:
                 # Gardener: the restore annotation goes only after success.
                 status.remove_operation_annotation(self.apis, ns, name)
@@ -169,7 +201,24 @@ class Reconciler:
                 log.info("Cluster changed, reconciling", extra={"namespace": ns, "extension": ex["metadata"]["name"]})
                 self._set_annotation(ns, ex["metadata"]["name"], triggers.CLUSTER_DIGEST_ANNOTATION, digest)
 
+    def check_base_configs(self, body: dict[str, Any]) -> bool:
+        """Periodic, per Extension: request a reconcile when the base configs changed since its last one."""
+        meta = body.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        current = self.base_configs.cached()
+        if base_configs.outdated_reason(body, current) is None or self.is_busy(ns, name):
+            return False
+        ex = self._fresh(ns, name)  # the event body may be stale: judge the live object
+        reason = base_configs.outdated_reason(ex, current) if ex is not None else None
+        if reason is None or self.is_busy(ns, name):
+            return False
+        return base_configs.request_reconcile(self.apis, ex, reason)
+
     def delete(self, namespace: str, name: str, runtime_seconds: float, retry: int = 0) -> str | None:
+        with self._working(namespace, name):
+            return self._delete(namespace, name, runtime_seconds, retry)
+
+    def _delete(self, namespace: str, name: str, runtime_seconds: float, retry: int) -> str | None:
         ex = self._fresh(namespace, name)
         if ex is None or not triggers.holds_finalizer(ex):
             return None
