@@ -136,7 +136,8 @@ def node_config(t: Target) -> None:
 
 
 def base_config_change(t: Target) -> None:
-    """A changed base config (the operator's, not the shoot's) reaches the nodes on the next reconcile."""
+    """A changed base config (the operator's, not the shoot's) reaches the nodes by itself: the extension
+    re-reconciles every Extension when its base configs change (no gardenlet reconcile, no operation annotation)."""
     t.create()
     t.set_base_configs({"default": DEFAULT_CONFIG})
     pc = provider_config()
@@ -148,9 +149,12 @@ def base_config_change(t: Target) -> None:
               for n in shoot_ops.shoot_nodes(shoot)}
     changed = DEFAULT_CONFIG.replace("CPU: 750m", "CPU: 250m")
     t.set_base_configs({"default": changed})
-    t.reconcile()
-    cm = shoot.get_json("configmap", "-n", "kube-system", "cri-resmgr-config.default")
-    assert "CPU: 250m" in "".join(cm.get("data", {}).values()), cm.get("data")
+
+    def propagated() -> tuple[bool, str]:
+        cm = shoot.get_json("configmap", "-n", "kube-system", "cri-resmgr-config.default")
+        data = "".join(cm.get("data", {}).values())
+        return "CPU: 250m" in data, f"cri-resmgr-config.default still: {data!r}"
+    shoot_ops.wait_until("the changed base config in the shoot", propagated, 120, 2)
     for n, old in before.items():
         def pushed(n=n, old=old) -> tuple[bool, str]:
             node = shoot.get_json("node", n)
