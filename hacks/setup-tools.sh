@@ -208,16 +208,20 @@ step_cri_tools() {
 }
 
 step_gardener_crds() {
-  local key="github.com/gardener/gardener@$GARDENER_VERSION"
+  # The ScrapeConfig CRD (prometheus-operator, as Gardener ships it for seeds): the extension deploys one.
+  local crds="extensions.gardener.cloud_extensions extensions.gardener.cloud_clusters \
+              resources.gardener.cloud_managedresources monitoring.coreos.com_scrapeconfigs"
+  local mod="github.com/gardener/gardener@$GARDENER_VERSION"
+  local key
+  key="$mod $(echo $crds)"
   local out="$CACHE/gardener/crds"
   if stamp_ok "$out" "$key"; then log "gardener CRDs: cached ($key)"; return; fi
   log "gardener CRDs: fetching $key"
   local dir
-  dir=$(cd "$BUILD" && with_registry "go mod download $key" go mod download -json "$key" \
+  dir=$(cd "$BUILD" && with_registry "go mod download $mod" go mod download -json "$mod" \
         | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
   rm -rf "$out"; mkdir -p "$out"
-  for crd in extensions.gardener.cloud_extensions extensions.gardener.cloud_clusters \
-             resources.gardener.cloud_managedresources; do
+  for crd in $crds; do
     local f; f=$(ls "$dir"/example/seed-crds/*"$crd".yaml 2>/dev/null | head -1)
     [ -n "$f" ] || die "CRD $crd not found in $key example/seed-crds"
     install -m 0644 "$f" "$out/$crd.yaml"
