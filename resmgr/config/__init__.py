@@ -3,25 +3,34 @@
 ``validate_config_text`` checks a whole YAML config file; ``validate_config_sections``
 checks the ConfigMap form, where each data key is a top-level section whose value
 is that section's YAML. Both return the normalised mapping (canonical field
-spellings, ``cpu`` constraints as ``cpuset:...``/``<n>m``) or raise ``ConfigError``
-naming the offending field.
+spellings, ``cpu`` constraints as ``cpuset:...``/``<n>m``, fields this cri-resmgr does
+not apply left out) or raise ``ConfigError`` naming the offending field. They log the
+ignored fields (logger ``resmgr.config``), so cri-resmgr's log says what it accepted
+without applying. The ``check_config*`` variants return them instead, for callers that
+report them elsewhere (the agent's node annotation, the Extension's status).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import yaml
 
 from resmgr.config.constraints import CpuConstraint, parse_cpu_constraint, parse_cpu_quantity, parse_memory_quantity
 from resmgr.config.errors import ConfigError
-from resmgr.config.schema import CONFIG, MAX_DEPTH, MAX_NODES, POLICY_NAMES
+from resmgr.config.schema import MAX_DEPTH, MAX_NODES, POLICY_NAMES, check, ignored_summary
 
 __all__ = [
     "MAX_CONFIG_BYTES",
     "POLICY_NAMES",
+    "CheckedConfig",
     "ConfigError",
     "CpuConstraint",
+    "check_config",
+    "check_config_sections",
+    "check_config_text",
+    "ignored_summary",
     "parse_cpu_constraint",
     "parse_cpu_quantity",
     "parse_memory_quantity",
@@ -29,6 +38,8 @@ __all__ = [
     "validate_config_sections",
     "validate_config_text",
 ]
+
+log = logging.getLogger("resmgr.config")
 
 MAX_CONFIG_BYTES = 1024 * 1024
 # Checked while parsing, before any object is built: a 549-byte alias bomb expands to billions
@@ -126,24 +137,36 @@ def _check_size(size: int, source: str) -> None:
                           source=source)
 
 
-def validate_config(data: Any, *, source: str = "") -> dict[str, Any]:
-    """Validate an already parsed config mapping; returns the normalised mapping."""
+class CheckedConfig(tuple[dict[str, Any], list[str]]):
+    """(normalised config, paths of the fields accepted but not applied)."""
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self[0]
+
+    @property
+    def ignored(self) -> list[str]:
+        return self[1]
+
+
+def check_config(data: Any, *, source: str = "") -> CheckedConfig:
+    """Validate an already parsed config: the normalised config and the ignored fields' paths."""
     try:
-        return CONFIG.check(data, "")
+        return CheckedConfig(check(data))
     except ConfigError as exc:
         raise exc.with_source(source) from None
 
 
-def validate_config_text(text: str, *, source: str = "") -> dict[str, Any]:
+def check_config_text(text: str, *, source: str = "") -> CheckedConfig:
     """Parse and validate a cri-resource-manager YAML config (a whole file)."""
     if not isinstance(text, str):
         raise ConfigError(DOCUMENT, f"expected text, got {type(text).__name__}", source=source)
     _check_size(len(text.encode("utf-8", "surrogatepass")), source)
-    return validate_config(_load_yaml(text, DOCUMENT, source), source=source)
+    return check_config(_load_yaml(text, DOCUMENT, source), source=source)
 
 
-def validate_config_sections(data: dict[str, str], *, source: str = "") -> dict[str, Any]:
-    """Validate the ConfigMap form: ``{section name: section YAML}`` -> normalised config."""
+def check_config_sections(data: dict[str, str], *, source: str = "") -> CheckedConfig:
+    """Validate the ConfigMap form: ``{section name: section YAML}``."""
     if not isinstance(data, dict):
         raise ConfigError(DOCUMENT, f"expected a mapping of section name to YAML, got {type(data).__name__}",
                           source=source)
@@ -155,4 +178,26 @@ def validate_config_sections(data: dict[str, str], *, source: str = "") -> dict[
         total += len(key.encode()) + len(value.encode("utf-8", "surrogatepass"))
         _check_size(total, source)
         assembled[key] = _load_yaml(value, key, source)
-    return validate_config(assembled, source=source)
+    return check_config(assembled, source=source)
+
+
+def _logged(checked: CheckedConfig, source: str) -> dict[str, Any]:
+    if checked.ignored:
+        log.warning("config from %s: %s", source or "?", ignored_summary(checked.ignored),
+                    extra={"config_source": source, "ignored_fields": checked.ignored})
+    return checked.config
+
+
+def validate_config(data: Any, *, source: str = "") -> dict[str, Any]:
+    """Validate an already parsed config mapping; returns the normalised mapping."""
+    return _logged(check_config(data, source=source), source)
+
+
+def validate_config_text(text: str, *, source: str = "") -> dict[str, Any]:
+    """Parse and validate a cri-resource-manager YAML config (a whole file)."""
+    return _logged(check_config_text(text, source=source), source)
+
+
+def validate_config_sections(data: dict[str, str], *, source: str = "") -> dict[str, Any]:
+    """Validate the ConfigMap form: ``{section name: section YAML}`` -> normalised config."""
+    return _logged(check_config_sections(data, source=source), source)

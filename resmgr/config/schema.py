@@ -3,15 +3,23 @@
 Matching follows what the Go implementation does when it decodes the YAML (via
 JSON) into its option structs: field names match case-insensitively (so both
 ``CPU:`` and ``cpu:`` work), unknown fields are rejected, and types are strict (a
-quoted ``"3"`` is not an integer, ``"true"`` is not a boolean). Sections whose
-options this implementation does not interpret (``rdt``, ``blockio``, ...) are
-accepted as opaque mappings so that existing configs keep working.
+quoted ``"3"`` is not an integer, ``"true"`` is not a boolean).
+
+Every field cri-resource-manager knows is known here, with its type. Fields this
+implementation does not apply are wrapped in ``Ignored``: they are checked like the
+rest (a typo or a wrong type is still an error), then left out of the normalised
+config and listed by ``check`` as "accepted, not implemented by this cri-resmgr,
+ignored". An unknown field is an error with a "did you mean" suggestion.
 """
 
 from __future__ import annotations
 
+import contextvars
+import difflib
 import fnmatch
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from resmgr.config.constraints import parse_cpu_constraint, parse_cpu_quantity
@@ -20,8 +28,13 @@ from resmgr.config.errors import ConfigError
 # Policies this cri-resmgr implements; resmgr.policy.registry must agree (tested).
 POLICY_NAMES: tuple[str, ...] = ("none", "static", "topology-aware", "balloons")
 # Policies cri-resource-manager knows but this implementation does not run.
-FOREIGN_POLICY_NAMES: tuple[str, ...] = (
-    "static-plus", "static-pools", "podpools", "memtier", "dynamic-pools")
+# A config that activates one of them is accepted and runs the no-op policy, reported as ignored.
+FOREIGN_POLICY_NAMES: tuple[str, ...] = ("static-plus", "static-pools", "podpools", "dynamic-pools")
+FOREIGN_POLICY_FALLBACK = "none"
+# Upstream's alias of topology-aware (the same code, registered twice, options under policy.memtier).
+# This topology-aware places CPUs and memory nodes but knows no memory tiers (PMEM/HBM placement,
+# page demotion): the alias runs topology-aware and the tier part is reported as ignored.
+ALIAS_POLICIES: dict[str, str] = {"memtier": "topology-aware"}
 
 
 def _join(path: str, name: str) -> str:
@@ -135,12 +148,15 @@ def check_bounded(value: Any, path: str) -> None:
 
 
 class Opaque(Spec):
-    """A section this implementation passes through without interpreting it (within bounds)."""
+    """A value passed through without interpreting it (within bounds); ``kind`` None takes any type."""
 
-    def __init__(self, kind: type = dict) -> None:
+    def __init__(self, kind: type | None = dict) -> None:
         self.kind = kind
 
     def check(self, value: Any, path: str) -> Any:
+        if self.kind is None:
+            check_bounded(value, path)
+            return value
         if value is None:
             return self.kind()
         if not isinstance(value, self.kind):
@@ -153,6 +169,67 @@ class Opaque(Spec):
         return value
 
 
+class OneOf(Spec):
+    """The first of ``specs`` that accepts the value (upstream types that decode several JSON forms)."""
+
+    def __init__(self, *specs: Spec, expected: str) -> None:
+        self.specs, self.expected = specs, expected
+
+    def check(self, value: Any, path: str) -> Any:
+        for spec in self.specs:
+            try:
+                return spec.check(value, path)
+            except ConfigError:
+                continue
+        raise ConfigError(path, f"expected {self.expected}, got {_type_name(value)} {value!r}")
+
+
+class Number(Spec):
+    def check(self, value: Any, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(path, f"expected a number, got {_type_name(value)} {value!r}")
+        return value
+
+
+# -- accepted but not applied -----------------------------------------------------------------------
+# Paths of Ignored fields met while checking, for the check() in progress (None: nobody collects).
+_IGNORED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("resmgr_config_ignored", default=None)
+# What Ignored.check returns: Struct and MapOf leave such a field out of the normalised config.
+_DROP = object()
+
+
+def note_ignored(path: str) -> None:
+    """Record that the field at ``path`` was accepted but will not be applied."""
+    found = _IGNORED.get()
+    if found is not None and path not in found:
+        found.append(path)
+
+
+@contextmanager
+def collecting_ignored() -> Iterator[list[str]]:
+    """Collect the paths of the ignored fields met by the checks run inside the block."""
+    found: list[str] = []
+    token = _IGNORED.set(found)
+    try:
+        yield found
+    finally:
+        _IGNORED.reset(token)
+
+
+class Ignored(Spec):
+    """A field cri-resource-manager knows and this cri-resmgr does not apply: checked, reported, dropped.
+
+    ``why`` says what is missing, for the compatibility table (docs/upstream-compat.md)."""
+
+    def __init__(self, inner: Spec, why: str) -> None:
+        self.inner, self.why = inner, why
+
+    def check(self, value: Any, path: str) -> Any:
+        self.inner.check(value, path)
+        note_ignored(path)
+        return _DROP
+
+
 class ListOf(Spec):
     def __init__(self, item: Spec) -> None:
         self.item = item
@@ -163,6 +240,34 @@ class ListOf(Spec):
         if not isinstance(value, list):
             raise ConfigError(path, f"expected a list, got {_type_name(value)}")
         return [self.item.check(v, f"{path}[{i}]") for i, v in enumerate(value)]
+
+
+class MapOf(Spec):
+    """A mapping of user-chosen names (classes, partitions, ...) to values of one kind."""
+
+    def __init__(self, value: Spec) -> None:
+        self.value = value
+
+    def check(self, value: Any, path: str) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(path, f"expected a mapping, got {_type_name(value)}")
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ConfigError(_join(path, str(key)), "keys must be strings")
+            checked = self.value.check(item, _join(path, key))
+            if checked is not _DROP:
+                out[key] = checked
+        return out
+
+
+def did_you_mean(name: str, candidates: list[str]) -> str:
+    """' (did you mean X?)' for the closest known spelling, or ''."""
+    by_lower = {c.lower(): c for c in candidates}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
 
 
 class Struct(Spec):
@@ -181,18 +286,23 @@ class Struct(Spec):
         if not isinstance(value, dict):
             raise ConfigError(path or "<document>", f"expected a mapping, got {_type_name(value)} {value!r}")
         out: dict[str, Any] = {}
+        seen: set[str] = set()
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ConfigError(_join(path, str(key)), "field names must be strings")
             name = self._by_lower.get(key.lower())
             if name is None:
                 known = ", ".join(self.fields)
-                raise ConfigError(_join(path, key), f"unknown field; known fields here: {known}")
-            if name in out:
+                raise ConfigError(_join(path, key), f"unknown field{did_you_mean(key, list(self.fields))}; "
+                                                    f"known fields here: {known}")
+            if name in seen:
                 raise ConfigError(_join(path, key), f"given twice (also as {name!r})")
-            out[name] = self.fields[name].check(item, _join(path, name))
+            seen.add(name)
+            checked = self.fields[name].check(item, _join(path, name))
+            if checked is not _DROP:
+                out[name] = checked
         for name in self.required:
-            if name not in out:
+            if name not in seen:
                 raise ConfigError(_join(path, name), "is required")
         for validator in self.validators:
             validator(out, path)
@@ -247,6 +357,27 @@ class AllocatorPriority(Spec):
         return Int(0, 3).check(value, path)
 
 
+# Why fields are ignored, one wording per reason (the compatibility table groups by it).
+NO_CPU_CLASSES = "CPU classes (frequency/uncore control) are not implemented"
+NO_TOPOLOGY_BALANCING = "the CPU allocator packs; topology balancing/spreading options are not implemented"
+NO_POLICY = "this policy is not implemented by this cri-resmgr"
+NO_RDT = "RDT (resctrl) control is not implemented"
+NO_BLOCKIO = "block I/O control is not implemented"
+NO_CONTROLLERS = "resource controllers (rdt, blockio, cpu classes, page migration) are not implemented"
+NO_MEMORY_TIERS = "memory tiers (PMEM/HBM placement, page demotion) are not implemented"
+NO_TRACING = "tracing (OpenCensus/Jaeger) is not implemented; metrics are always exported"
+NO_KLOG = "this cri-resmgr logs with Python logging: klog options do not apply"
+NOT_APPLIED = "accepted for compatibility; this cri-resmgr does not act on it"
+
+
+def _check_duration(text: str) -> None:
+    if not re.fullmatch(r"(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+|0", text.strip()):
+        raise ValueError(f"invalid duration {text!r} (expected e.g. 30s, 1m30s)")
+
+
+DURATION = OneOf(Str(check=_check_duration), Int(), expected="a duration like 30s or a number of nanoseconds")
+
+
 def _balloon_type_checks(bt: dict[str, Any], path: str) -> None:
     max_cpus = bt.get("MaxCPUs", 0)
     if max_cpus and bt.get("MinCPUs", 0) > max_cpus:
@@ -266,11 +397,15 @@ BALLOON_TYPE = Struct({
     "MinBalloons": Int(),
     "MaxBalloons": Int(),
     "AllocatorPriority": AllocatorPriority(),
-    "CPUClass": Str(),
     "PreferSpreadingPods": Bool(),
-    "PreferPerNamespaceBalloon": Bool(),
     "PreferNewBalloons": Bool(),
-    "ShareIdleCPUsInSame": Str(choices=("", "system", "package", "die", "numa", "core", "thread")),
+    # upstream's json name is CpuClass; matching is case-insensitive
+    "CPUClass": Ignored(Str(), NO_CPU_CLASSES),
+    "PreferPerNamespaceBalloon": Ignored(Bool(), NOT_APPLIED),
+    "ShareIdleCPUsInSame": Ignored(Str(choices=("", "system", "package", "die", "numa", "core", "thread")),
+                                   NOT_APPLIED),
+    "PreferSpreadOnPhysicalCores": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
+    "AllocatorTopologyBalancing": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
 }, required=("Name",), validators=(_balloon_type_checks,))
 
 
@@ -287,11 +422,11 @@ def _unique_balloon_names(section: dict[str, Any], path: str) -> None:
 BALLOONS = Struct({
     "PinCPU": Bool(),
     "PinMemory": Bool(),
-    "IdleCPUClass": Str(),
     "ReservedPoolNamespaces": StrList(item_check=_check_glob),
-    "AllocatorTopologyBalancing": Bool(),
     "BalloonTypes": ListOf(BALLOON_TYPE),
-    "BalloonInstances": Opaque(list),
+    "IdleCPUClass": Ignored(Str(), NO_CPU_CLASSES),
+    "AllocatorTopologyBalancing": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
+    "PreferSpreadOnPhysicalCores": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
 }, validators=(_unique_balloon_names,))
 
 TOPOLOGY_AWARE = Struct({
@@ -302,9 +437,53 @@ TOPOLOGY_AWARE = Struct({
     "ReservedPoolNamespaces": StrList(item_check=_check_glob),
     "ColocatePods": Bool(),
     "ColocateNamespaces": Bool(),
+    # documented in upstream's topology-aware.md for memtier's dynamic page demotion
+    "DirtyBitScanPeriod": Ignored(DURATION, NO_MEMORY_TIERS),
+    "PageMovePeriod": Ignored(DURATION, NO_MEMORY_TIERS),
+    "PageMoveCount": Ignored(Int(), NO_MEMORY_TIERS),
 })
 
-STATIC = Struct({"RelaxedIsolation": Bool()})
+STATIC = Struct({
+    "RelaxedIsolation": Ignored(Bool(), NOT_APPLIED),
+    "Rdt": Ignored(OneOf(Bool(), Str(choices=("auto",)), expected="true, false or 'auto'"), NO_RDT),
+})
+
+STATIC_POOLS = Struct({
+    "pools": MapOf(Struct({
+        "exclusive": Bool(),
+        "cpuLists": ListOf(Struct({"Cpuset": OneOf(Str(), Int(), expected="a CPU list"), "Socket": Int()})),
+    })),
+    "ConfDirPath": Str(),
+    "ConfFilePath": Str(),
+    # upstream's static-pools.md spells ConfDirPath this way in one example
+    "ConfFileDir": Str(),
+    "LabelNode": Bool(),
+    "TaintNode": Bool(),
+})
+
+PODPOOLS = Struct({
+    "PinCPU": Bool(),
+    "PinMemory": Bool(),
+    "Pools": ListOf(Struct({
+        "Name": Str(non_empty=True),
+        "CPU": OneOf(Str(), Int(), expected="a CPU count or quantity"),
+        "MaxPods": Int(),
+        "Instances": OneOf(Str(), Int(), expected="a count, a CPU quantity or a percentage"),
+        "FillOrder": Str(choices=("Balanced", "Packed", "FirstFree")),
+    })),
+})
+
+DYNAMIC_POOLS = Struct({
+    "PinCPU": Bool(),
+    "PinMemory": Bool(),
+    "ReservedPoolNamespaces": StrList(item_check=_check_glob),
+    "DynamicPoolTypes": ListOf(Struct({
+        "Name": Str(non_empty=True),
+        "Namespaces": StrList(item_check=_check_glob),
+        "CPUClass": Str(),
+        "AllocatorPriority": AllocatorPriority(),
+    })),
+})
 
 
 def _reserved_within_available(policy: dict[str, Any], path: str) -> None:
@@ -327,14 +506,32 @@ def _reserved_within_available(policy: dict[str, Any], path: str) -> None:
 
 
 def _active_known(policy: dict[str, Any], path: str) -> None:
+    """Active names a policy this cri-resmgr runs; memtier runs as topology-aware with its own options."""
     active = policy.get("Active")
+    field = _join(path, "Active")
+    if active in ALIAS_POLICIES:
+        note_ignored(f"{field}: {active} (memory tiers; runs as {ALIAS_POLICIES[active]})")
+        target = ALIAS_POLICIES[active]
+        policy["Active"] = target
+        if active in policy:
+            if target in policy:
+                note_ignored(_join(path, target))  # upstream reads the alias's own section
+            policy[target] = policy.pop(active)
+        return
+    for alias in ALIAS_POLICIES:
+        if alias in policy:
+            note_ignored(_join(path, alias))
+            del policy[alias]
     if active is None or active in POLICY_NAMES:
         return
     if active in FOREIGN_POLICY_NAMES:
-        problem = f"policy {active!r} is not implemented by this cri-resmgr"
-    else:
-        problem = f"unknown policy {active!r}"
-    raise ConfigError(_join(path, "Active"), f"{problem}; available policies: {', '.join(POLICY_NAMES)}")
+        # Accepted, as every upstream config is: the node runs the no-op policy and says so.
+        note_ignored(f"{field}: {active} (not implemented; runs {FOREIGN_POLICY_FALLBACK})")
+        policy["Active"] = FOREIGN_POLICY_FALLBACK
+        return
+    known = [*POLICY_NAMES, *ALIAS_POLICIES, *FOREIGN_POLICY_NAMES]
+    raise ConfigError(field, f"unknown policy {active!r}{did_you_mean(active, known)}; "
+                             f"policies this cri-resmgr runs: {', '.join([*POLICY_NAMES, *ALIAS_POLICIES])}")
 
 
 POLICY = Struct({
@@ -342,38 +539,112 @@ POLICY = Struct({
     "AvailableResources": ResourceMap(),
     "ReservedResources": ResourceMap(),
     "topology-aware": TOPOLOGY_AWARE,
+    "memtier": TOPOLOGY_AWARE,
     "balloons": BALLOONS,
     "static": STATIC,
-    "static-plus": Opaque(),
-    "static-pools": Opaque(),
-    "podpools": Opaque(),
-    "memtier": Opaque(),
-    "dynamic-pools": Opaque(),
+    "static-plus": Ignored(Opaque(), NO_POLICY),
+    "static-pools": Ignored(STATIC_POOLS, NO_POLICY),
+    "podpools": Ignored(PODPOOLS, NO_POLICY),
+    "dynamic-pools": Ignored(DYNAMIC_POOLS, NO_POLICY),
 }, validators=(_active_known, _reserved_within_available))
+
+KLOG_FLAGS = ("add_dir_header", "alsologtostderr", "log_backtrace_at", "log_dir", "log_file", "log_file_max_size",
+              "logtostderr", "one_output", "skip_headers", "skip_log_headers", "stderrthreshold", "v", "vmodule")
+_SCALAR = OneOf(Bool(), Int(minimum=None), Number(), Str(), expected="a scalar")
 
 LOGGER = Struct({
     "Debug": StrList(comma_string=True),
-    "LogSource": Bool(),
-    "Klog": Opaque(),
+    "LogSource": Ignored(Bool(), NOT_APPLIED),
+    "Klog": Ignored(Struct({flag: _SCALAR for flag in KLOG_FLAGS}), NO_KLOG),
 })
 
-DUMP = Struct({"Config": Str(), "File": Str()})
+DUMP = Struct({
+    "Config": Str(),
+    "File": Str(),
+    "Debug": Ignored(Bool(), "dumps are always logged at info level"),
+    "Disabled": Ignored(Bool(), NOT_APPLIED),
+})
+
+def _check_sampling(text: str) -> None:
+    if text.lower() not in ("disabled", "testing", "production"):
+        float(text)  # ValueError: neither a name nor a ratio
 
 
-def _check_duration(text: str) -> None:
-    import re
-
-    if not re.fullmatch(r"(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+|0", text.strip()):
-        raise ValueError(f"invalid duration {text!r} (expected e.g. 30s, 1m30s)")
-
+SAMPLING = OneOf(Number(), Str(check=_check_sampling),
+                 expected="a sampling ratio (0..1) or disabled/testing/production")
 
 INSTRUMENTATION = Struct({
     "HTTPEndpoint": Str(),
-    "PrometheusExport": Bool(),
-    "ReportPeriod": Str(check=_check_duration),
-    "SamplingRatePerMillion": Int(0, 1_000_000),
-    "JaegerCollector": Str(),
-    "JaegerAgent": Str(),
+    "PrometheusExport": Ignored(Bool(), NO_TRACING),
+    "ReportPeriod": Ignored(Str(check=_check_duration), NO_TRACING),
+    "Sampling": Ignored(SAMPLING, NO_TRACING),
+    "JaegerCollector": Ignored(Str(), NO_TRACING),
+    "JaegerAgent": Ignored(Str(), NO_TRACING),
+})
+
+_CONTROLLER_MODES = ("disabled", "disable", "required", "mandatory", "optional", "relaxed")
+
+
+def _check_controller_mode(text: str) -> None:
+    if text.lower() not in _CONTROLLER_MODES:
+        raise ValueError(f"invalid mode {text!r}; expected one of: {', '.join(_CONTROLLER_MODES)}")
+
+
+RESOURCE_MANAGER = Struct({
+    "control": Struct({
+        "Controllers": MapOf(Str(check=_check_controller_mode)),
+        "page-migration": Struct({
+            "PageScanInterval": DURATION,
+            "PageMoveInterval": DURATION,
+            "MaxPageMoveCount": Int(),
+        }),
+    }),
+})
+
+CPU = Struct({
+    "classes": MapOf(Struct({
+        "minFreq": Int(),
+        "maxFreq": Int(),
+        "energyPerformancePreference": Int(),
+        "uncoreMinFreq": Int(),
+        "uncoreMaxFreq": Int(),
+    })),
+})
+
+# goresctrl's rdt.Config (v0.5.0, what upstream builds with) plus cri-resmgr's mode options.
+_ALLOCATION = Opaque(None)  # "60%", ["100%"], {Code:..., Data:...} or per-cache-id maps
+_RDT_CLASS = Struct({
+    "l2Allocation": _ALLOCATION,
+    "l3Allocation": _ALLOCATION,
+    "mbAllocation": _ALLOCATION,
+    "kubernetes": Struct({"denyPodAnnotation": Bool(), "denyContainerAnnotation": Bool()}),
+})
+RDT = Struct({
+    "options": Struct({
+        "mode": Str(choices=("Disabled", "Discovery", "Full")),
+        "monitoringDisabled": Bool(),
+        "l2": Struct({"optional": Bool()}),
+        "l3": Struct({"optional": Bool()}),
+        "mb": Struct({"optional": Bool()}),
+    }),
+    "partitions": MapOf(Struct({
+        "l2Allocation": _ALLOCATION,
+        "l3Allocation": _ALLOCATION,
+        "mbAllocation": _ALLOCATION,
+        "classes": MapOf(_RDT_CLASS),
+    })),
+})
+
+_IO_VALUE = OneOf(Str(), Int(), expected="a number or a quantity like 50M")
+BLOCKIO = Struct({
+    "Classes": MapOf(ListOf(Struct({
+        "Devices": StrList(),
+        "ThrottleReadBps": _IO_VALUE,
+        "ThrottleWriteBps": _IO_VALUE,
+        "ThrottleReadIOPS": _IO_VALUE,
+        "ThrottleWriteIOPS": _IO_VALUE,
+        "Weight": _IO_VALUE,
+    }))),
 })
 
 CONFIG = Struct({
@@ -381,13 +652,26 @@ CONFIG = Struct({
     "logger": LOGGER,
     "dump": DUMP,
     "instrumentation": INSTRUMENTATION,
-    "resource-manager": Opaque(),
-    "cpu": Opaque(),
-    "blockio": Opaque(),
-    "rdt": Opaque(),
-    "memory": Opaque(),
-    "control": Opaque(),
+    "resource-manager": Ignored(RESOURCE_MANAGER, NO_CONTROLLERS),
+    "cpu": Ignored(CPU, NO_CPU_CLASSES),
+    "rdt": Ignored(RDT, NO_RDT),
+    "blockio": Ignored(BLOCKIO, NO_BLOCKIO),
 })
+
+
+def check(data: Any) -> tuple[dict[str, Any], list[str]]:
+    """Validate a parsed config: (normalised config without ignored fields, paths of ignored fields)."""
+    with collecting_ignored() as ignored:
+        config = CONFIG.check(data, "")
+    return config, list(ignored)
+
+
+def ignored_summary(ignored: list[str]) -> str:
+    """The one wording every component reports ignored fields with ('' when there are none)."""
+    if not ignored:
+        return ""
+    return "accepted, not implemented by this cri-resmgr, ignored: " + ", ".join(ignored)
+
 
 # Exposed for callers that want to check a quantity the same way the schema does.
 parse_quantity_milli = parse_cpu_quantity

@@ -28,7 +28,8 @@ def test_configmap_form(kind: str) -> None:
 
 
 def test_ordinary_anchors_and_nesting_still_work() -> None:
-    text = "policy: &p\n  Active: topology-aware\nrdt:\n  Classes:\n    a: {x: [[1, 2], [3]]}\n    b: *p\n"
+    text = ("policy: &p\n  Active: topology-aware\nrdt:\n  partitions:\n    a: {l3Allocation: [[1, 2], [3]]}\n"
+            "    b: {l3Allocation: *p}\n")
     assert validate_config_text(text)["policy"]["Active"] == "topology-aware"
 
 
@@ -38,12 +39,12 @@ def test_parsed_values_are_bounded_too() -> None:
     for _ in range(200):
         deep = [deep]
     with pytest.raises(ConfigError, match="nested deeper than"):
-        validate_config({"rdt": {"x": deep}})
+        validate_config({"rdt": {"partitions": {"p": {"l3Allocation": deep}}}})
     shared = ["x"] * 10
     for _ in range(6):
         shared = [shared] * 10  # one list referenced ten times per level, as YAML aliases make
     with pytest.raises(ConfigError, match="more than"):
-        validate_config({"rdt": {"x": shared}})
+        validate_config({"rdt": {"partitions": {"p": {"l3Allocation": shared}}}})
 
 
 def test_cache_with_absurdly_deep_json_is_set_aside(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from resmgr.config import (
     MAX_CONFIG_BYTES,
     ConfigError,
+    check_config_sections,
     parse_cpu_constraint,
     validate_config_sections,
     validate_config_text,
@@ -63,7 +64,8 @@ def test_empty_config_is_valid() -> None:
 
 @pytest.mark.parametrize(("text", "field", "words"), [
     ("policy:\n  Active: fancy\n", "policy.Active", "unknown policy 'fancy'"),
-    ("policy:\n  Active: podpools\n", "policy.Active", "not implemented"),
+    ("policy:\n  Active: topolgy-aware\n", "policy.Active", "did you mean 'topology-aware'"),
+    ("policy:\n  Actve: none\n", "policy.Actve", "did you mean 'Active'"),
     ("policy:\n  Active: static\n  AvailableResources:\n    cpu: cpuset:3-1\n",
      "policy.AvailableResources.cpu", "descending"),
     ("policy:\n  ReservedResources:\n    cpu: lots\n",
@@ -116,9 +118,9 @@ def test_sections_form() -> None:
         "logger": "Debug: policy\n",
         "rdt": "options:\n  l3:\n    optional: true\n",
     }
-    cfg = validate_config_sections(data, source="cri-resmgr-config.default")
+    cfg, ignored = check_config_sections(data, source="cri-resmgr-config.default")
     assert cfg["policy"]["Active"] == "topology-aware"
-    assert cfg["rdt"] == {"options": {"l3": {"optional": True}}}
+    assert "rdt" not in cfg and ignored == ["rdt"]  # checked, accepted, not applied
     with pytest.raises(ConfigError) as info:
         validate_config_sections({"policy": "Active: nope\n"}, source="cm")
     assert info.value.field == "policy.Active" and str(info.value).startswith("cm: ")

@@ -1,0 +1,120 @@
+"""Every config example of cri-resource-manager's docs and sample-configs is accepted (test/data/upstream,
+each file names its source), and what this cri-resmgr does not apply is listed, never refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from resmgr.config import ConfigError, check_config_sections, check_config_text, ignored_summary
+
+UPSTREAM = Path(__file__).resolve().parents[4] / "test" / "data" / "upstream"
+FILES = sorted(UPSTREAM.glob("*.cfg"))
+CONFIGMAPS = sorted(UPSTREAM.glob("*.configmaps.yaml"))
+
+
+def test_the_examples_are_there() -> None:
+    assert len(FILES) >= 20 and CONFIGMAPS
+    for path in FILES + CONFIGMAPS:
+        assert path.read_text().startswith("# Source: intel/cri-resource-manager "), path.name
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_documented_example_is_accepted(path: Path) -> None:
+    config, ignored = check_config_text(path.read_text(), source=path.name)
+    assert isinstance(config, dict)
+    for entry in ignored:  # what is reported is a real path of the example, not noise
+        top = entry.split(".")[0].split("[")[0].split(":")[0]
+        assert top in ("policy", "logger", "dump", "instrumentation", "resource-manager", "cpu", "rdt", "blockio")
+
+
+@pytest.mark.parametrize("path", CONFIGMAPS, ids=lambda p: p.name)
+def test_configmap_examples_are_accepted(path: Path) -> None:
+    maps = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    assert len(maps) == 3
+    for cm in maps:
+        config, ignored = check_config_sections(cm["data"], source=cm["metadata"]["name"])
+        assert config["policy"]["Active"] == "topology-aware"
+        assert "rdt" in ignored and "policy.static-pools" in ignored and "policy.static.RelaxedIsolation" in ignored
+
+
+@pytest.mark.parametrize(("name", "active", "ignored"), [
+    ("balloons-policy.cfg", "balloons", ["policy.balloons.IdleCPUClass", "policy.balloons.BalloonTypes[0].CPUClass",
+                                         "policy.balloons.BalloonTypes[0].PreferPerNamespaceBalloon",
+                                         "policy.balloons.BalloonTypes[1].CPUClass", "cpu",
+                                         "instrumentation.PrometheusExport"]),
+    ("balloons-md-0.cfg", "balloons", ["policy.balloons.IdleCPUClass", "policy.balloons.BalloonTypes[0].CPUClass",
+                                       "cpu"]),
+    ("podpools-policy.cfg", "none", ["policy.podpools", "policy.Active: podpools (not implemented; runs none)"]),
+    ("dynamic-pools-md-0.cfg", "none", ["cpu", "policy.dynamic-pools",
+                                        "policy.Active: dynamic-pools (not implemented; runs none)"]),
+    ("topology-aware-md-6.cfg", "topology-aware", ["policy.topology-aware.DirtyBitScanPeriod",
+                                                   "policy.topology-aware.PageMovePeriod",
+                                                   "policy.topology-aware.PageMoveCount"]),
+    ("static-pools-md-3.cfg", None, ["policy.static-pools"]),
+    ("rdt-md-0.cfg", None, ["rdt"]),
+    ("blockio.cfg", "none", ["blockio"]),
+    ("topology-aware-policy.cfg", "topology-aware", []),
+    ("static-policy.cfg", "static", []),
+    ("cri-full-message-dump.cfg", "none", []),
+])
+def test_what_is_ignored_is_named(name: str, active: str | None, ignored: list[str]) -> None:
+    config, found = check_config_text((UPSTREAM / name).read_text(), source=name)
+    assert (config.get("policy") or {}).get("Active") == active
+    assert found == ignored
+
+
+# The examples of issue 17: valid upstream, refused before.
+@pytest.mark.parametrize(("text", "ignored"), [
+    ("dump: {Debug: true}\n", ["dump.Debug"]),
+    ("instrumentation:\n  Sampling: 0.1\n", ["instrumentation.Sampling"]),
+    ("instrumentation:\n  Sampling: production\n", ["instrumentation.Sampling"]),
+    ("policy:\n  Active: balloons\n  balloons:\n    PreferSpreadOnPhysicalCores: true\n",
+     ["policy.balloons.PreferSpreadOnPhysicalCores"]),
+    ("policy:\n  Active: balloons\n  balloons:\n    BalloonTypes:\n      - Name: a\n"
+     "        AllocatorTopologyBalancing: true\n        PreferSpreadOnPhysicalCores: false\n",
+     ["policy.balloons.BalloonTypes[0].AllocatorTopologyBalancing",
+      "policy.balloons.BalloonTypes[0].PreferSpreadOnPhysicalCores"]),
+])
+def test_issue_examples_are_accepted(text: str, ignored: list[str]) -> None:
+    config, found = check_config_text(text)
+    assert found == ignored
+    assert "Debug" not in (config.get("dump") or {}) and "Sampling" not in (config.get("instrumentation") or {})
+    assert ignored_summary(found) == "accepted, not implemented by this cri-resmgr, ignored: " + ", ".join(ignored)
+
+
+def test_memtier_runs_as_topology_aware_with_its_own_options() -> None:
+    text = ("policy:\n  Active: memtier\n  memtier:\n    PinMemory: false\n    PreferSharedCPUs: true\n"
+            "  topology-aware:\n    PinMemory: true\n")
+    config, ignored = check_config_text(text)
+    # upstream's memtier reads policy.memtier; this cri-resmgr runs its topology-aware with those options
+    assert config["policy"] == {"Active": "topology-aware",
+                                "topology-aware": {"PinMemory": False, "PreferSharedCPUs": True}}
+    assert ignored == ["policy.Active: memtier (memory tiers; runs as topology-aware)", "policy.topology-aware"]
+    config, ignored = check_config_text("policy:\n  Active: topology-aware\n  memtier:\n    PinCPU: false\n")
+    assert config["policy"] == {"Active": "topology-aware"} and ignored == ["policy.memtier"]
+
+
+@pytest.mark.parametrize(("text", "field", "words"), [
+    ("dump:\n  Debug: 'yes'\n", "dump.Debug", "true or false"),  # ignored fields are still type-checked
+    ("instrumentation:\n  Sampling: often\n", "instrumentation.Sampling", "sampling ratio"),
+    ("policy:\n  balloons:\n    PreferSpreadOnPhysicalCore: true\n", "policy.balloons.PreferSpreadOnPhysicalCore",
+     "did you mean 'PreferSpreadOnPhysicalCores'"),
+    ("rdt:\n  option:\n    mode: Full\n", "rdt.option", "did you mean 'options'"),
+    ("rdt:\n  options:\n    mode: Fast\n", "rdt.options.mode", "unknown value 'Fast'"),
+    ("cpu:\n  classes:\n    turbo:\n      maxFrequency: 3\n", "cpu.classes.turbo.maxFrequency",
+     "did you mean 'maxFreq'"),
+    ("resource-manager:\n  control:\n    Controllers:\n      rdt: sometimes\n",
+     "resource-manager.control.Controllers.rdt", "invalid mode"),
+    ("logger:\n  Klog:\n    verbosity: 3\n", "logger.Klog.verbosity", "unknown field"),
+    ("policy:\n  podpools:\n    Pools:\n      - Name: a\n        FillOrder: Random\n",
+     "policy.podpools.Pools[0].FillOrder", "unknown value"),
+    ("policy:\n  Active: podpool\n", "policy.Active", "did you mean 'podpools'"),
+])
+def test_typos_and_bad_values_stay_errors(text: str, field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_config_text(text)
+    assert info.value.field == field
+    assert words in str(info.value)
