@@ -119,15 +119,17 @@ class _Runner:
         self.settings = settings
 
     def reload_config(self) -> None:
-        """SIGHUP: the config plane re-reads --force-config, as it applies every other config."""
+        """SIGHUP (--force-config-signal): the config plane re-reads --force-config, as it applies every other
+        config."""
+        sig = self.args.force_config_signal
         if not self.args.force_config or self.plane is None:
-            log.info("SIGHUP: no --force-config to reload")
+            log.info("%s: no --force-config to reload", sig)
             return
         problem = self.plane.reload_force_config()
         if problem:
-            log.error("SIGHUP: keeping the current config: %s", problem)
+            log.error("%s: keeping the current config: %s", sig, problem)
         else:
-            log.info("SIGHUP: reloaded forced config", extra={"source": self.args.force_config})
+            log.info("%s: reloaded forced config", sig, extra={"source": self.args.force_config})
 
 
 def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None) -> int:
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     metrics_server = None
     if metrics_address and metrics_address != "off":
         try:
-            metrics_server, _ = serve_metrics(metrics, metrics_address)
+            metrics_server = serve_metrics(metrics, metrics_address, args.metrics_allow)
         except (OSError, ValueError) as err:
             # Metrics are not worth failing kubelet's runtime for; say so loudly and go on.
             log.error("cannot serve metrics on %s: %s; continuing without /metrics", metrics_address, err)
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     runner = _Runner(args, relay, settings)
     signal.signal(signal.SIGTERM, runner.on_terminate)
     signal.signal(signal.SIGINT, runner.on_terminate)
-    signal.signal(signal.SIGHUP, runner.on_hangup)
+    signal.signal(signal.Signals[args.force_config_signal], runner.on_hangup)
     try:
         relay.start()
         if rm is not None:

@@ -9,6 +9,7 @@ the cache all take them from this module.
 from __future__ import annotations
 
 import argparse
+import signal
 
 from resmgr import __version__
 
@@ -36,8 +37,9 @@ Config sources, highest first: --force-config (disables config from the agent),
 the last config the agent pushed and cri-resmgr applied (cached in --relay-dir),
 --fallback-config, built-in defaults (policy none).
 
-Signals: SIGTERM/SIGINT drain in-flight calls and exit; SIGHUP re-reads the
---force-config file (dump rules, logger.Debug, policy settings).
+Signals: SIGTERM/SIGINT drain in-flight calls and exit; SIGHUP (or the signal
+given with --force-config-signal) re-reads the --force-config file (dump rules,
+logger.Debug, policy settings).
 """
 
 EPILOG = """\
@@ -64,6 +66,24 @@ def _seconds(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
     return value
+
+
+# Caught for shutdown, or cannot be caught at all.
+_RESERVED_SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGSTOP")
+
+
+def signal_name(text: str) -> str:
+    """A catchable signal's canonical name (SIGHUP, SIGUSR1, ...) from 'SIGUSR1', 'usr1' or '10'."""
+    name = text.strip().upper()
+    try:
+        sig = signal.Signals(int(name)) if name.isdigit() else signal.Signals[name if name.startswith("SIG")
+                                                                              else f"SIG{name}"]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a signal name like SIGHUP or SIGUSR1") from None
+    if sig.name in _RESERVED_SIGNALS:
+        raise argparse.ArgumentTypeError(f"{sig.name} cannot reload the config (it stops cri-resmgr or cannot "
+                                         "be caught)")
+    return sig.name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "cri-resource-manager format)")
     state.add_argument("--force-config", metavar="FILE",
                        help="config that overrides any other configuration; re-read on SIGHUP")
+    state.add_argument("--force-config-signal", type=signal_name, default="SIGHUP", metavar="SIGNAL",
+                       help="signal that re-reads --force-config (default: SIGHUP), as cri-resource-manager's flag")
     state.add_argument("--reset-config", action="store_true",
                        help="clear the config cached from the agent in --relay-dir and exit "
                             "(cri-resmgr must be stopped)")
@@ -116,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     runtime.add_argument("--metrics-address", default=None,
                          help="HTTP address for Prometheus /metrics, [HOST]:PORT (default: "
                               "instrumentation.HTTPEndpoint from the config, else :8891); 'off' disables")
+    runtime.add_argument("--metrics-allow", action="append", default=[], metavar="CIDR[,CIDR...]",
+                         help="networks whose peers may also read /metrics (repeatable); loopback and "
+                              "the node's own address always may, everyone else gets 403")
     runtime.add_argument("--runtime-wait-timeout", type=_seconds, default=None, metavar="SECONDS",
                          help="give up if the runtime does not answer in time (default: wait forever)")
     runtime.add_argument("--shutdown-grace", type=_seconds, default=5.0, metavar="SECONDS",

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from resmgr.config.extra_options import ExtraOptionsError, known_flags, parse_extra_options
+from resmgr.config.extra_options import (
+    IGNORED,
+    IMPLEMENTED,
+    REFUSED,
+    UPSTREAM_FLAGS,
+    ExtraOptionsError,
+    check_extra_options,
+    known_flags,
+    parse_extra_options,
+)
 from resmgr.options import build_parser
 
 
@@ -26,7 +35,7 @@ def test_extra_options_accepted(text: str, tokens: list[str]) -> None:
 
 
 @pytest.mark.parametrize("text,message", [
-    ("--no-such-flag=1", "unknown cri-resmgr flag '--no-such-flag'; known flags: .*--metrics-address"),
+    ("--no-such-flag=1", "unknown cri-resmgr flag '--no-such-flag'.*; known flags: .*--metrics-address"),
     ("--relay-socket=/tmp/x.sock", "--relay-socket is fixed by the installer"),
     ("--fallback-config /x", "--fallback-config is fixed by the installer"),
     ("--version", "would stop cri-resmgr from serving"),
@@ -41,3 +50,54 @@ def test_extra_options_accepted(text: str, tokens: list[str]) -> None:
 def test_extra_options_rejected_with_a_clear_error(text: str, message: str) -> None:
     with pytest.raises(ExtraOptionsError, match=message):
         parse_extra_options(text)
+
+
+# Upstream's (cri-resource-manager's) flags, Go style: every one is implemented, ignored or refused.
+@pytest.mark.parametrize("text,tokens,ignored", [
+    # the Go extension's README example
+    ('EXTRA_OPTIONS="--metrics-interval=10s"', [], ["-metrics-interval"]),
+    ("-metrics-interval 1m30s -rebalance-interval=0", [], ["-metrics-interval", "-rebalance-interval"]),
+    ("-force-config-signal SIGUSR1", ["--force-config-signal=SIGUSR1"], []),
+    ("--force-config-signal=SIGUSR2", ["--force-config-signal=SIGUSR2"], []),
+    ("-host-root=/host", ["--sysfs-root=/host"], []),
+    ("-disable-policy-switch", ["--disable-policy-switch"], []),
+    ("-disable-policy-switch=false -allow-untested-runtimes", [], ["-allow-untested-runtimes"]),
+    ("-v=3 -logtostderr -vmodule=policy=4 -disable-ui --log-level debug", ["--log-level", "debug"],
+     ["-v", "-logtostderr", "-vmodule", "-disable-ui"]),
+    ("-cgroup-mount /sys/fs/cgroup -kubelet-cgroup-root=/kubepods", [], ["-cgroup-mount", "-kubelet-cgroup-root"]),
+])
+def test_upstream_flags(text: str, tokens: list[str], ignored: list[str]) -> None:
+    result = check_extra_options(text)
+    assert result.tokens == tokens and result.ignored == ignored
+    if ignored:
+        assert result.summary().startswith("EXTRA_OPTIONS: accepted, not implemented by this cri-resmgr, ignored: ")
+        assert all(flag in result.summary() for flag in ignored)
+    assert parse_extra_options(text) == tokens
+
+
+@pytest.mark.parametrize("text,message", [
+    ("-relay-socket=/tmp/x.sock", "--relay-socket is fixed by the installer"),
+    ("-runtime-socket /x", "--runtime-socket is fixed by the installer"),
+    ("-reset-policy", "would stop cri-resmgr from serving"),
+    ("-print-config", "would stop cri-resmgr from serving"),
+    ("--metrics-interval=soon", "invalid duration 'soon'"),
+    ("-metrics-interval", "needs a value"),
+    ("-disable-ui=maybe", "invalid boolean value"),
+    ("--metrics-intervall=10s", "did you mean '-metrics-interval'"),
+    ("-force-config-signal=SIGTERM", "cannot reload the config"),
+    ("-force-config-signal=SIGNOPE", "not a signal name"),
+])
+def test_upstream_flags_refused_or_invalid(text: str, message: str) -> None:
+    with pytest.raises(ExtraOptionsError, match=message):
+        check_extra_options(text)
+
+
+def test_upstream_flag_table_is_consistent() -> None:
+    ours = known_flags()
+    for flag in UPSTREAM_FLAGS:
+        assert flag.status in (IMPLEMENTED, IGNORED, REFUSED)
+        if flag.status == IMPLEMENTED:
+            assert flag.ours in ours, flag  # an implemented flag becomes a flag this cri-resmgr has
+        else:
+            assert flag.why, flag  # everything not implemented says why
+    assert len({f.name for f in UPSTREAM_FLAGS}) == len(UPSTREAM_FLAGS)
