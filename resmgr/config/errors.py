@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# How cri-resmgr answers the agent while --force-config is in effect; the agent recognises it and
+# reports "force config in effect; dynamic configs not applied" as information (upstream: force wins).
+AGENT_DISABLED = "configuration from the agent is disabled on this node"
+
 
 class ConfigError(ValueError):
     """A configuration was rejected; ``field`` is the dotted path of the culprit.

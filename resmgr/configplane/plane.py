@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from resmgr.config import ConfigError, validate_config_sections
+from resmgr.config.errors import AGENT_DISABLED
 from resmgr.config.files import read_config_file
 from resmgr.configplane.adjustments import (
     AdjustmentOutcome,
@@ -109,7 +110,7 @@ class ConfigPlane:
             error = self._check_node(node_name)
             if not error and self.agent_disabled:
                 why = f"--force-config {self.force_config}" if self.force_config else "--disable-agent"
-                error = f"configuration from the agent is disabled on this node ({why} is in effect)"
+                error = f"{AGENT_DISABLED} ({why} is in effect)"
             if error:
                 return self._rejected(error, source)
             digest = sections_digest(sections)
