@@ -91,14 +91,21 @@ def test_reconcile_deploys_secret_and_managed_resource(seed, operator):
 
     monitoring = seed.managed_resource(ns, "extension-cri-resmgr-monitoring")
     assert monitoring["spec"]["class"] == "seed"
-    scrape = by_kind(seed.rendered_objects(ns, "extension-cri-resmgr-monitoring"), "ConfigMap")
-    cm = scrape["extension-cri-resmgr-monitoring-scrape-config"]
-    assert cm["metadata"]["labels"]["extensions.gardener.cloud/configuration"] == "monitoring"
-    assert "cri-resmgr" in cm["data"]["scrape_config"]
-
-    # Everything rendered for the shoot is accepted by a real kube-apiserver.
+    seed_objs = seed.rendered_objects(ns, "extension-cri-resmgr-monitoring")
+    [scrape] = by_kind(seed_objs, "ScrapeConfig").values()
+    assert scrape["apiVersion"] == "monitoring.coreos.com/v1alpha1"
+    assert scrape["metadata"]["labels"] == {"prometheus": "shoot"} and scrape["metadata"]["namespace"] == ns
+    assert scrape["spec"]["authorization"]["credentials"]["name"] == "shoot-access-prometheus-shoot"
+    dashboards = by_kind(seed_objs, "ConfigMap")["extension-cri-resmgr-dashboards"]
+    assert dashboards["metadata"]["labels"] == {"dashboard.monitoring.gardener.cloud/shoot": "true"}
+    # The seed side is accepted by a real kube-apiserver with Gardener's ScrapeConfig CRD.
     import yaml
 
+    seed_manifest = "\n---\n".join(yaml.safe_dump(o) for o in seed_objs)
+    r = seed.seed_api.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=seed_manifest)
+    assert r.stdout.count("(server dry run)") == len(seed_objs) == 2
+
+    # Everything rendered for the shoot is accepted by a real kube-apiserver.
     manifest = "\n---\n".join(yaml.safe_dump(o) for o in objs)
     r = seed.seed_api.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=manifest)
     assert r.stdout.count("(server dry run)") == len(objs)
