@@ -124,6 +124,13 @@ def test_extension_chart_renders_and_the_api_accepts_it(tools, seed_api):
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     assert "--ignore-operation-annotation" in container["command"]
     assert "--heartbeat-interval=30" in container["command"]
+    assert "--base-configs-interval=10" in container["command"]
+    # Gardener's seed NetworkPolicies (allow-to-runtime-apiserver, allow-to-dns) select pods by these labels.
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["networking.gardener.cloud/to-runtime-apiserver"] == "allowed"
+    assert pod_labels["networking.gardener.cloud/to-dns"] == "allowed"
+    # Base configs are read live: changing them must not restart the pod (no checksum of values.configs).
+    assert "checksum/configs" not in (deploy["spec"]["template"]["metadata"].get("annotations") or {})
     env = {e["name"]: e for e in container["env"]}
     assert env["EXTENSION_CONFIGMAP_NAMESPACE"]["value"] == ns
     assert env["IMAGEVECTOR_OVERWRITE"]["value"] == "/charts_overwrite/images_overwrite.yaml"
