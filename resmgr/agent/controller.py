@@ -27,13 +27,15 @@ from resmgr.agent.selection import (
     node_group,
     select_config,
 )
-from resmgr.config import ConfigError, validate_config_sections
+from resmgr.config import ConfigError, check_config_sections, ignored_summary
+from resmgr.config.errors import AGENT_DISABLED
 from resmgr.configplane.adjustments import AdjustmentError, parse_adjustment
 from resmgr.configplane.plane import sections_digest
 
 log = logging.getLogger("resmgr.agent")
 
 QUERY_CONFIG_STATUS = "config-status"
+FORCE_IN_EFFECT = "force config in effect; dynamic configs not applied"
 HEALTH_QUERIES = ("", "liveness", QUERY_CONFIG_STATUS)
 
 
@@ -54,7 +56,8 @@ class ConfigTarget(Protocol):
 class Reporter(Protocol):
     """Where outcomes go (Events, node annotations, Adjustment status; see resmgr.agent.reporting)."""
 
-    def config_outcome(self, selection: Selection | None, error: str) -> None: ...
+    def config_outcome(self, selection: Selection | None, error: str, info: str = "", *,
+                       applied: bool = True) -> None: ...
 
     def adjustment_outcomes(self, results: Mapping[str, dict[str, Any]],
                             adjustments: Mapping[str, Mapping[str, Any]]) -> None: ...
@@ -67,6 +70,7 @@ class Outcome:
     selection: Selection | None = None
     digest: str = ""
     error: str = ""
+    info: str = ""  # not an error: fields accepted but ignored, or force config in effect
     at: float = 0.0
     delivered: bool = False
     rejected: bool = False  # by the schema or by cri-resmgr: not retried until the ConfigMap changes
@@ -165,16 +169,17 @@ def _adjustments_digest(adjustments: Mapping[str, Mapping[str, Any]]) -> str:
     return json.dumps({k: a.get("spec") for k, a in adjustments.items()}, sort_keys=True, default=str)
 
 
-def validate_selection(selection: Selection) -> str:
-    """The schema's verdict on a ConfigMap ("" when valid): checked before anything is pushed."""
+def validate_selection(selection: Selection) -> tuple[str, str]:
+    """The schema's verdict on a ConfigMap, checked before anything is pushed: (error, info), "" for none;
+    info names the fields accepted but not applied by this cri-resmgr."""
     if selection.binary_keys:
         return (f"{selection.source}: binaryData keys {', '.join(selection.binary_keys)} are not supported; "
-                "put each config section under data as YAML text")
+                "put each config section under data as YAML text"), ""
     try:
-        validate_config_sections(dict(selection.data), source=selection.source)
+        checked = check_config_sections(dict(selection.data), source=selection.source)
     except ConfigError as exc:
-        return str(exc)
-    return ""
+        return str(exc), ""
+    return "", ignored_summary(checked.ignored)
 
 
 def one_line(text: str, limit: int = 400) -> str:
@@ -259,7 +264,7 @@ class Pusher:
             return
         if digest == self.outcome.digest and self.outcome.rejected:
             return  # rejected before and unchanged since: never re-push
-        error = validate_selection(selection)
+        error, info = validate_selection(selection)
         if not error:
             self._last_push = self.clock()
             self.pushes += 1
@@ -267,13 +272,22 @@ class Pusher:
                      selection.resource_version, extra={"configmap": selection.name})
             error = self.target.set_config(self.state.node, selection.data, selection.source)  # may raise PushError
         error = one_line(error) if error else ""
-        self.outcome = Outcome(selection=selection, digest=digest, error=error, at=time.time(), delivered=not error,
-                               rejected=bool(error))
+        applied = not error
+        if error.startswith(AGENT_DISABLED):
+            # Upstream's precedence: --force-config wins over every dynamic config. Not an error: the node
+            # works as configured, and the agent stays Ready; the ConfigMap waits until it changes.
+            error, info, applied = "", f"{FORCE_IN_EFFECT} ({error})", False
+        self.outcome = Outcome(selection=selection, digest=digest, error=error, info=info, at=time.time(),
+                               delivered=not error, rejected=bool(error))
         if error:
             log.error("%s was not applied, cri-resmgr keeps its current config: %s", selection.source, error)
+        elif not applied:
+            log.info("%s: %s", selection.source, info, extra={"configmap": selection.name})
         else:
             log.info("%s is active in cri-resmgr", selection.source, extra={"configmap": selection.name})
-        self.reporter.config_outcome(selection, error)
+            if info:
+                log.warning("%s: %s", selection.source, info, extra={"configmap": selection.name})
+        self.reporter.config_outcome(selection, error, info, applied=applied)
 
     def _reconcile_adjustments(self) -> None:
         adjustments = self.state.node_adjustments()

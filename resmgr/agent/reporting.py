@@ -21,21 +21,32 @@ log = logging.getLogger("resmgr.agent")
 ANNOTATION_PREFIX = "cri-resource-manager.intel.com/"
 CONFIG_SOURCE_ANNOTATION = ANNOTATION_PREFIX + "config-source"
 CONFIG_ERROR_ANNOTATION = ANNOTATION_PREFIX + "config-error"
+# Information about the active config, not an error: fields accepted but not applied, force config in effect.
+CONFIG_INFO_ANNOTATION = ANNOTATION_PREFIX + "config-info"
+# Written by cri-resmgr through the agent (PatchNode) while it runs without the config it was given.
+RELAY_CONFIG_ERROR_ANNOTATION = ANNOTATION_PREFIX + "relay-config-error"
 COMPONENT = "cri-resmgr-agent"
 # Events about a cluster-scoped object (our Node) must live in "default", as kubelet's do.
 EVENT_NAMESPACE = "default"
 MERGE_PATCH = "application/merge-patch+json"
 
 
-def config_annotations(selection: Selection | None, error: str) -> dict[str, str | None]:
-    """The node annotations for a config outcome; None removes an annotation."""
+def config_annotations(selection: Selection | None, error: str, info: str = "", *,
+                       applied: bool = True) -> dict[str, str | None]:
+    """The node annotations for a config outcome; None removes an annotation.
+
+    ``info`` is information about the outcome (ignored fields, force config in effect); ``applied``
+    False means cri-resmgr kept another config without an error (its --force-config wins)."""
     if selection is None:
-        return {CONFIG_SOURCE_ANNOTATION: "none", CONFIG_ERROR_ANNOTATION: None}
+        return {CONFIG_SOURCE_ANNOTATION: "none", CONFIG_ERROR_ANNOTATION: None, CONFIG_INFO_ANNOTATION: None}
     source = f"{CONFIG_NAMESPACE}/{selection.name}@{selection.resource_version}"
     if error:
-        # The source annotation keeps naming what is really active; the error names what was refused.
+        # The source and info annotations keep describing what is really active; the error names what was refused.
         return {CONFIG_ERROR_ANNOTATION: f"{source}: {error}"}
-    return {CONFIG_SOURCE_ANNOTATION: source, CONFIG_ERROR_ANNOTATION: None}
+    info_value = f"{source}: {info}" if info else None
+    if not applied:
+        return {CONFIG_ERROR_ANNOTATION: None, CONFIG_INFO_ANNOTATION: info_value}
+    return {CONFIG_SOURCE_ANNOTATION: source, CONFIG_ERROR_ANNOTATION: None, CONFIG_INFO_ANNOTATION: info_value}
 
 
 def adjustment_status_patch(node: str, result: Mapping[str, Any], current: Mapping[str, Any] | None
@@ -76,20 +87,24 @@ class KubeReporter:
         except ApiException as exc:
             log.error("cannot create Event %s: HTTP %s %s: %s", reason, exc.status, exc.reason, exc.body)
 
-    def config_outcome(self, selection: Selection | None, error: str) -> None:
+    def config_outcome(self, selection: Selection | None, error: str, info: str = "", *,
+                       applied: bool = True) -> None:
+        annotations = config_annotations(selection, error, info, applied=applied)
         try:
-            self.core.patch_node(self.node, {"metadata": {"annotations": config_annotations(selection, error)}},
-                                 _content_type=MERGE_PATCH)
+            self.core.patch_node(self.node, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH)
         except ApiException as exc:
             log.error("cannot annotate node %s: HTTP %s %s", self.node, exc.status, exc.reason)
         if selection is None:
             return
+        what = f"{selection.source} (resourceVersion {selection.resource_version})"
         if error:
-            self._event("ConfigRejected", f"{selection.source} (resourceVersion {selection.resource_version}) was "
-                                          f"not applied; the previous config stays active: {error}", True)
+            self._event("ConfigRejected", f"{what} was not applied; the previous config stays active: {error}", True)
+        elif not applied:
+            self._event("ForceConfigInEffect", f"{what}: {info}", False)
         else:
-            self._event("ConfigApplied", f"{selection.source} (resourceVersion {selection.resource_version}) is "
-                                         "active in cri-resmgr", False)
+            self._event("ConfigApplied", f"{what} is active in cri-resmgr", False)
+            if info:
+                self._event("ConfigFieldsIgnored", f"{what}: {info}", False)
 
     def adjustment_outcomes(self, results: Mapping[str, dict[str, Any]],
                             adjustments: Mapping[str, Mapping[str, Any]]) -> None:

@@ -31,10 +31,12 @@ class Clock:
 class RecordingReporter:
     def __init__(self) -> None:
         self.configs: list[tuple[str | None, str]] = []
+        self.infos: list[tuple[str, bool]] = []
         self.adjustments: list[dict] = []
 
-    def config_outcome(self, selection, error):
+    def config_outcome(self, selection, error, info="", *, applied=True):
         self.configs.append((selection.name if selection else None, error))
+        self.infos.append((info, applied))
 
     def adjustment_outcomes(self, results, adjustments):
         self.adjustments.append(dict(results))
@@ -60,8 +62,8 @@ class Env:
         self.target = ConfigSocketTarget(self.sock, timeout=10, on_connection_lost=self.state.changed.set)
         self.pusher = Pusher(self.state, self.target, self.reporter, min_interval=1.0, clock=self.clock)
 
-    def start_server(self) -> None:
-        self.server = serve_config(ConfigPlane(self.applier, node_name=NODE), self.sock)
+    def start_server(self, force_config: str | None = None) -> None:
+        self.server = serve_config(ConfigPlane(self.applier, node_name=NODE, force_config=force_config), self.sock)
 
     def stop_server(self) -> None:
         if self.server is not None:
@@ -221,3 +223,31 @@ def test_adjustments_for_this_node_are_pushed_once(env):
 def test_unknown_health_query(env):
     assert "unknown health query" in env.pusher.health("bogus")
     assert env.pusher.health("") == ""
+
+
+def test_ignored_fields_are_information_and_the_config_is_pushed(env):
+    env.set_cm(DEFAULT, "1", policy="Active: topology-aware\nballoons:\n  PreferSpreadOnPhysicalCores: true\n",
+               dump="Debug: true\n")
+    env.pusher.reconcile()
+    assert env.pusher.pushes == 1 and env.reporter.configs == [(DEFAULT, "")]
+    info, applied = env.reporter.infos[-1]
+    assert applied and info == ("accepted, not implemented by this cri-resmgr, ignored: "
+                                "policy.balloons.PreferSpreadOnPhysicalCores, dump.Debug")
+    assert env.pusher.health("config-status") == ""
+    assert "PreferSpreadOnPhysicalCores" not in env.applier.applied[-1][0]["policy"]["balloons"]
+
+
+def test_force_config_wins_and_the_agent_stays_ready(env):
+    """Upstream: with --force-config, dynamic configs are not applied; that is information, not an error."""
+    env.stop_server()
+    env.start_server(force_config="/etc/cri-resmgr/force.cfg")
+    env.set_cm(DEFAULT, "1", policy=reserved("0"))
+    env.pusher.reconcile()
+    assert env.pusher.pushes == 1 and env.applier.applied == []
+    assert env.reporter.configs == [(DEFAULT, "")]
+    info, applied = env.reporter.infos[-1]
+    assert not applied and info.startswith("force config in effect; dynamic configs not applied (")
+    assert "--force-config /etc/cri-resmgr/force.cfg" in info
+    assert env.pusher.health("config-status") == ""
+    env.later()
+    assert env.pusher.pushes == 1  # not pushed again while the ConfigMap is unchanged
