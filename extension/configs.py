@@ -34,6 +34,8 @@ class SplitConfigs:
 
     static: dict[str, str] = field(default_factory=dict)
     dynamic: dict[str, dict[str, str]] = field(default_factory=dict)
+    # What is accepted but not applied by this cri-resmgr, one line per config (for the Extension's status).
+    notes: list[str] = field(default_factory=list)
 
 
 def merge_configs(base: dict[str, str], shoot: dict[str, str]) -> dict[str, str]:
@@ -59,30 +61,32 @@ def classify(name: str, *, where: str) -> str:
                                     "default, node.<NODE>, group.<GROUP>")
 
 
-def validate_extra_options(text: str, *, where: str) -> None:
+def validate_extra_options(text: str, *, where: str) -> str:
     """EXTRA_OPTIONS is a line of cri-resmgr flags: checked with the code the installer uses, so a
-    line the node would refuse becomes lastError here instead of a failed rollout."""
-    from resmgr.config.extra_options import ExtraOptionsError, parse_extra_options
+    line the node would refuse becomes lastError here instead of a failed rollout. Returns '' or what
+    is accepted but ignored (upstream flags this cri-resmgr does not implement)."""
+    from resmgr.config.extra_options import ExtraOptionsError, check_extra_options
 
     try:
-        parse_extra_options(text)
+        return check_extra_options(text).summary()
     except ExtraOptionsError as err:
         raise ConfigurationError(where, str(err)) from None
 
 
-def _validate_text(text: str, *, where: str) -> dict[str, Any]:
-    """Validate with cri-resmgr's schema; return the config as written (not normalised)."""
-    from resmgr.config import MAX_CONFIG_BYTES, ConfigError, validate_config_text
+def _validate_text(text: str, *, where: str) -> tuple[dict[str, Any], list[str]]:
+    """Validate with cri-resmgr's schema; return the config as written (not normalised) and the paths of
+    the fields this cri-resmgr accepts but does not apply."""
+    from resmgr.config import MAX_CONFIG_BYTES, ConfigError, check_config_text
 
     size = len(text.encode())
     if size > MAX_CONFIG_BYTES:
         raise ConfigurationError(where, f"is {size} bytes, over the limit of {MAX_CONFIG_BYTES} bytes")
     try:
-        validate_config_text(text, source=where)
+        ignored = check_config_text(text, source=where).ignored
     except ConfigError as err:
         raise _config_error(err, where) from None
     # Keep the user's spelling: the agent and cri-resmgr normalise on their side.
-    return yaml.safe_load(text) or {}
+    return yaml.safe_load(text) or {}, ignored
 
 
 def _config_error(err: Exception, where: str) -> ConfigurationError:
@@ -95,10 +99,10 @@ def _config_error(err: Exception, where: str) -> ConfigurationError:
 
 def _check_sections(sections: dict[str, str], *, where: str) -> None:
     """The ConfigMap form must validate too: that is what the agent will read."""
-    from resmgr.config import ConfigError, validate_config_sections
+    from resmgr.config import ConfigError, check_config_sections
 
     try:
-        validate_config_sections(sections, source=where)
+        check_config_sections(sections, source=where)
     except ConfigError as err:
         raise _config_error(err, where) from None
 
@@ -116,8 +120,11 @@ def validate_and_split(configs: dict[str, str], *, where: str = "configs",
     ``origins`` maps a config name to where it came from, so errors name the
     right place (the shoot's providerConfig or the operator's ConfigMap).
     """
+    from resmgr.config import ignored_summary
+
     static: dict[str, str] = {}
     dynamic: dict[str, dict[str, str]] = {}
+    notes: list[str] = []
     for name in sorted(configs):
         text = configs[name]
         path = f"{(origins or {}).get(name, where)}.{name}"
@@ -125,10 +132,14 @@ def validate_and_split(configs: dict[str, str], *, where: str = "configs",
             raise ConfigurationError(path, f"must be a string, got {type(text).__name__}")
         kind = classify(name, where=path)
         if name == "EXTRA_OPTIONS":
-            validate_extra_options(text, where=path)
+            note = validate_extra_options(text, where=path)
+            if note:
+                notes.append(f"{path}: {note.removeprefix('EXTRA_OPTIONS: ')}")
             static[name] = text
             continue
-        parsed = _validate_text(text, where=path)
+        parsed, ignored = _validate_text(text, where=path)
+        if ignored:
+            notes.append(f"{path}: {ignored_summary(ignored)}")
         if kind == "static":
             static[name] = text
         else:
@@ -139,4 +150,4 @@ def validate_and_split(configs: dict[str, str], *, where: str = "configs",
             sections = sections_of(parsed)
             _check_sections(sections, where=path)
             dynamic[name] = sections
-    return SplitConfigs(static=static, dynamic=dynamic)
+    return SplitConfigs(static=static, dynamic=dynamic, notes=notes)

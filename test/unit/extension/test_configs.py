@@ -7,7 +7,7 @@ import yaml
 
 from extension.configs import classify, merge_configs, validate_and_split
 from extension.errors import ConfigurationError
-from extension.provider_config import check_worker_pools, parse_provider_config
+from extension.provider_config import parse_provider_config
 
 
 def test_shoot_wins_per_key():
@@ -74,8 +74,8 @@ def test_empty_dynamic_config_is_rejected():
         validate_and_split({"node.n1": ""})
 
 
-@pytest.mark.parametrize("value", ["foo --bar", "--x 'unterminated", "--metrics-interval=10s",
-                                   "--relay-socket=/tmp/x.sock", "--shutdown-grace=soon"])
+@pytest.mark.parametrize("value", ["foo --bar", "--x 'unterminated", "--metrics-interval=soon",
+                                   "--relay-socket=/tmp/x.sock", "-reset-policy", "--shutdown-grace=soon"])
 def test_extra_options_rejected_like_the_node_would(value):
     with pytest.raises(ConfigurationError) as e:
         validate_and_split({"EXTRA_OPTIONS": value})
@@ -83,8 +83,27 @@ def test_extra_options_rejected_like_the_node_would(value):
 
 
 def test_known_extra_options_pass():
-    assert validate_and_split({"EXTRA_OPTIONS": "--log-level=debug --shutdown-grace 10"}).static == {
-        "EXTRA_OPTIONS": "--log-level=debug --shutdown-grace 10"}
+    split = validate_and_split({"EXTRA_OPTIONS": "--log-level=debug --shutdown-grace 10"})
+    assert split.static == {"EXTRA_OPTIONS": "--log-level=debug --shutdown-grace 10"} and split.notes == []
+
+
+def test_upstream_fields_and_flags_are_accepted_and_noted():
+    """The Go extension's README EXTRA_OPTIONS and upstream-only fields pass; the status can say what is ignored."""
+    split = validate_and_split({
+        "EXTRA_OPTIONS": 'EXTRA_OPTIONS="--metrics-interval=10s"',
+        "default": "policy:\n  Active: memtier\ndump:\n  Debug: true\n",
+        "fallback": "policy:\n  Active: balloons\n  balloons:\n    PreferSpreadOnPhysicalCores: true\n",
+    }, origins={"EXTRA_OPTIONS": "providerConfig.configs", "default": "providerConfig.configs",
+                "fallback": "configmap garden/x"})
+    assert split.dynamic["default"] == {"policy": "Active: memtier\n", "dump": "Debug: true\n"}  # as written
+    assert split.notes == [
+        "providerConfig.configs.EXTRA_OPTIONS: accepted, not implemented by this cri-resmgr, ignored: "
+        "-metrics-interval (metrics are computed when /metrics is scraped; there is nothing to poll)",
+        "providerConfig.configs.default: accepted, not implemented by this cri-resmgr, ignored: "
+        "policy.Active: memtier (memory tiers; runs as topology-aware), dump.Debug",
+        "configmap garden/x.fallback: accepted, not implemented by this cri-resmgr, ignored: "
+        "policy.balloons.PreferSpreadOnPhysicalCores",
+    ]
 
 
 def test_provider_config_parsing():
@@ -112,13 +131,6 @@ def test_provider_config_errors_name_the_field(raw, field):
     with pytest.raises(ConfigurationError) as e:
         parse_provider_config(raw)
     assert e.value.field == field
-
-
-def test_unknown_worker_pool():
-    check_worker_pools(("a",), ["a", "b"])
-    with pytest.raises(ConfigurationError) as e:
-        check_worker_pools(("a", "c"), ["a", "b"])
-    assert e.value.field == "providerConfig.workerPools[1]" and "'c'" in str(e.value)
 
 
 def test_extra_options_check_loads_neither_the_installer_nor_the_relay():
