@@ -214,6 +214,10 @@ class RelayMetrics:
         self.metrics_refused = Counter("cri_resmgr_metrics_refused",
                                        "Connections to /metrics refused, by reason (forbidden peer, "
                                        "timeout, bad request)", ["reason"], self.registry)
+        self.config_errors = Counter("cri_resmgr_config_errors",
+                                     "Configs refused at startup or on SIGHUP; the relay kept running on the last "
+                                     "good config or policy none, by source (force-config, fallback-config)",
+                                     ["source"], self.registry)
         # Label lookups cost more than the observation itself; cache the children.
         self._children: dict[tuple[str, str], tuple[_CounterChild, _HistogramChild]] = {}
         self._lock = threading.Lock()
