@@ -83,10 +83,12 @@ def parse_provider_config(raw: Any, *, where: str = "providerConfig") -> Provide
 
 
 def check_worker_pools(pools: tuple[str, ...], shoot_pools: list[str], *,
-                       where: str = "providerConfig.workerPools") -> None:
-    """Every pool the shoot owner names must exist in the shoot."""
-    for i, pool in enumerate(pools):
-        if pool not in shoot_pools:
-            have = ", ".join(shoot_pools) or "none"
-            raise ConfigurationError(f"{where}[{i}]", f"worker pool {pool!r} does not exist in the shoot "
-                                                      f"(pools: {have})")
+                       where: str = "providerConfig.workerPools") -> list[str]:
+    """Warnings for the pools the shoot owner names that the shoot does not have (any more).
+
+    Not an error: a pool removed from the shoot must not block the shoot's reconciliation. Such an
+    entry selects no node; the other entries keep working.
+    """
+    have = ", ".join(shoot_pools) or "none"
+    return [f"{where}[{i}]: worker pool {pool!r} does not exist in the shoot (pools: {have}); it selects no node"
+            for i, pool in enumerate(pools) if pool not in shoot_pools]

@@ -22,6 +22,7 @@ from extension.errors import ConfigurationError, RetryLater, WaitingError
 from extension.gardener import health, status, triggers
 from extension.gardener.cluster import ClusterInfo, ClusterNotFound, cluster_digest, missing_cluster, read_cluster
 from extension.gardener.kube import Apis, is_not_found
+from extension.provider_config import check_worker_pools
 
 log = logging.getLogger("extension.handlers")  # the name operators' log queries already use
 
@@ -139,8 +140,10 @@ class Reconciler:
             raise self._fail(ns, name, op_type, f"Unable to {verb} Extension resource", err, generation,
                              backoff(retry, self.settings)) from None
         done = "Successfully restored Extension resource" if restore else "Successfully reconciled Extension resource"
+        warnings = self._warnings(ex, cluster)
+        description = "; ".join([done, *(f"warning: {w}" for w in warnings)])
         try:
-            status.patch_status(self.apis, ns, name, status.succeeded_status(op_type, done, generation))
+            status.patch_status(self.apis, ns, name, status.succeeded_status(op_type, description, generation))
             if self.settings.ignore_operation_annotation:
                 self._set_annotation(ns, name, triggers.RECONCILED_DIGEST_ANNOTATION, cluster.digest)
             base_configs.record(self.apis, ns, name, used_base_configs)
@@ -151,6 +154,14 @@ class Reconciler:
             raise RetryLater(f"recording success: {err}", delay=backoff(retry, self.settings)) from None
         log.info(f"{done}: {detail}", extra={"namespace": ns, "extension": name, "operation": op_type})
         return detail
+
+    def _warnings(self, ex: dict[str, Any], cluster: ClusterInfo) -> list[str]:
+        """What the shoot owner should fix but that must not fail the reconcile (it would block the shoot)."""
+        pc = self.actuator.provider_config(ex)  # already validated by the successful reconcile
+        warnings = check_worker_pools(pc.worker_pools, list(cluster.worker_pools))
+        for w in warnings:
+            log.warning(w, extra={"namespace": ex["metadata"]["namespace"], "extension": ex["metadata"]["name"]})
+        return warnings
 
     def _migrate(self, ex: dict[str, Any], retry: int) -> str:
         ns, name = ex["metadata"]["namespace"], ex["metadata"]["name"]

@@ -306,3 +306,19 @@ def test_large_provider_config_fits_kopf_bookkeeping(seed, operator):
     assert sum(len(k) + len(v) for k, v in annotations.items()) < 4096
     objs = seed.rendered_objects(ns)
     assert "Active: topology-aware" in by_kind(objs, "ConfigMap")["cri-resmgr-config.default"]["data"]["policy"]
+
+
+def test_removed_worker_pool_is_a_warning_not_a_failed_reconcile(seed, operator):
+    """A pool listed in workerPools that the shoot no longer has must not block the shoot's reconciliation."""
+    ns = new_shoot(seed, operator)  # pools pool-a and pool-b
+    seed.create_extension(ns, {"workerPools": ["pool-a", "pool-gone"]})
+    ex = wait_for(lambda: succeeded(seed, ns), "Extension Succeeded", operator=operator)
+    description = ex["status"]["lastOperation"]["description"]
+    assert description.startswith("Successfully reconciled Extension resource; warning: ")
+    assert "providerConfig.workerPools[1]: worker pool 'pool-gone' does not exist in the shoot" in description
+    assert ex["status"].get("lastError") is None
+    installer = by_kind(seed.rendered_objects(ns), "DaemonSet")["cri-resmgr-installer"]["spec"]["template"]
+    term = installer["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["pool-a", "pool-gone"]
+    assert any(e.get("level") == "warning" and "pool-gone" in e.get("msg", "") and e.get("namespace") == ns
+               for e in operator.log_lines())

@@ -31,6 +31,13 @@ def test_example_shoot_provider_config_validates():
     shoot = yaml.safe_load((EXAMPLES / "shoot.yaml").read_text())
     [ext] = [e for e in shoot["spec"]["extensions"] if e["type"] == "cri-resmgr-extension"]
     pc = parse_provider_config(ext["providerConfig"])
-    check_worker_pools(pc.worker_pools, [w["name"] for w in shoot["spec"]["provider"]["workers"]])
+    assert check_worker_pools(pc.worker_pools, [w["name"] for w in shoot["spec"]["provider"]["workers"]]) == []
     split = validate_and_split(pc.configs)
     assert "group.db" in split.dynamic and "fallback" in split.static
+
+
+def test_a_worker_pool_the_shoot_lacks_is_a_warning_not_an_error():
+    assert check_worker_pools(("a",), ["a", "b"]) == []
+    [warning] = check_worker_pools(("a", "c"), ["a", "b"])
+    assert warning.startswith("providerConfig.workerPools[1]: worker pool 'c' does not exist in the shoot")
+    assert len(check_worker_pools(("x", "y"), [])) == 2
