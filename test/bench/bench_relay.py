@@ -6,16 +6,23 @@ ListContainers, ListContainerStats once a second). Direct and relayed samples ar
 machine noise hits both alike. The LAST line printed is the summary:
 
     relay: added_p50_ms=<x> added_p99_ms=<y> podstart_ratio=<r> rss_mb=<m> idle_cpu_pct=<c>
-           concurrent8_ratio=<a> concurrent32_ratio=<b> max_request_mib=<s>
+           concurrent8_ratio=<a> concurrent32_ratio=<b> max_request_mib=<s> idle_rss_mb=<i>
+           soak_rss_growth_pct=<g>
 
 concurrentN_ratio: wall time of N pod starts at once on one connection (as kubelet's), through
 the relay over direct. max_request_mib: the largest CreateContainer that passes the relay, tried
-in steps up to just under containerd's 16 MiB limit (reported as 16).
+in steps up to just under containerd's 16 MiB limit (reported as 16); it runs last, so that its
+16 MiB buffers are in none of the RSS figures. idle_rss_mb: the relay's RSS after start and a few
+hundred Version calls, before any container exists. rss_mb: the largest RSS during the relist
+window, with 110 containers. soak_rss_growth_pct: the 32-client mix of test/bench/relay_load.py
+(28 unary callers, 3 event streams, 1 pod churner) runs for a 1-minute warm-up, then for the soak;
+the growth is the soak's largest RSS over the RSS at its start, in percent.
 
 Targets (reported, not asserted): added_p50_ms <= 0.10, podstart_ratio <= 1.02, rss_mb <= 30,
-idle_cpu_pct <= 0.5, concurrentN_ratio <= 1.10, max_request_mib >= 16.
+idle_cpu_pct <= 0.5, concurrentN_ratio <= 1.10, max_request_mib >= 16, soak_rss_growth_pct <= 5.
 Environment: RELAY_BENCH_ARGS adds cri-resmgr flags (to compare options);
-RELAY_BENCH_IDLE_S sets the relist window (default 30 s); RELAY_BENCH_EXE runs another cri-resmgr
+RELAY_BENCH_IDLE_S sets the relist window (default 30 s); RELAY_BENCH_SOAK_S the soak (default 300 s,
+after the 60 s warm-up; RELAY_BENCH_WARMUP_S changes that); RELAY_BENCH_EXE runs another cri-resmgr
 executable, such as the shipped one-file build (`make build-exe`: _out/bin/cri-resmgr). A one-file
 build runs as a small bootloader process and the relay as its child: rss_mb and idle_cpu_pct are the
 relay's, and the bootloader's RSS is printed on its own line.
@@ -35,6 +42,7 @@ import uuid
 from pathlib import Path
 
 import grpc
+from bench.relay_load import LoadMix, soak
 from cri_api.v1 import api_pb2, api_pb2_grpc
 from integration.relay.relay_process import RelayProcess
 
@@ -43,7 +51,7 @@ PODS = 22  # 5 containers each
 # Pod starts vary by +-20% on a busy machine; 40 interleaved pairs keep the median's noise near 2%.
 PODSTART_PAIRS = 40
 TARGETS = {"added_p50_ms": 0.10, "podstart_ratio": 1.02, "rss_mb": 30, "idle_cpu_pct": 0.5,
-           "concurrent8_ratio": 1.10, "concurrent32_ratio": 1.10}
+           "concurrent8_ratio": 1.10, "concurrent32_ratio": 1.10, "soak_rss_growth_pct": 5}
 CONCURRENT_ROUNDS = 3
 REQUEST_MIB = (1, 2, 4, 8, 16)
 
@@ -190,6 +198,8 @@ def test_bench_relay(containerd):
     workdir = Path(tempfile.mkdtemp(prefix="bench-relay-", dir="/tmp"))
     extra = shlex.split(os.environ.get("RELAY_BENCH_ARGS", ""))
     idle_window = float(os.environ.get("RELAY_BENCH_IDLE_S", "30"))
+    soak_s = float(os.environ.get("RELAY_BENCH_SOAK_S", "300"))
+    warmup_s = float(os.environ.get("RELAY_BENCH_WARMUP_S", "60"))
     relay = RelayProcess(workdir, containerd.socket, args=extra,
                          executable=os.environ.get("RELAY_BENCH_EXE") or None).start()
     relay_pid = relay_process_pid(relay.pid)
@@ -203,6 +213,8 @@ def test_bench_relay(containerd):
     try:
         for stub in (direct, via):  # warm up channels and the relay's method handlers
             timed(lambda s=stub: s.Version(api_pb2.VersionRequest()), 300)
+        idle_rss = proc_rss_mb(relay_pid)
+        print(f"  idle rss {idle_rss:.1f} MB (after start and 300 Version calls)", flush=True)
 
         version_req = api_pb2.VersionRequest()
         d_version, r_version = interleaved(lambda: direct.Version(version_req), lambda: via.Version(version_req),
@@ -236,8 +248,6 @@ def test_bench_relay(containerd):
         podstart_ratio = statistics.median(r_pod) / statistics.median(d_pod)
         conc8 = concurrent_ratio(direct, via, 8, containerd.busybox_image)
         conc32 = concurrent_ratio(direct, via, 32, containerd.busybox_image)
-        max_mib = max_request_mib(via, containerd.busybox_image)
-
         # Kubelet-like relist: every second ListPodSandbox, ListContainers, ListContainerStats.
         time.sleep(1)
         cpu0, wall0 = proc_cpu_seconds(relay_pid), time.monotonic()
@@ -255,18 +265,37 @@ def test_bench_relay(containerd):
         print(f"  relist traffic for {idle_window:.0f}s: relay cpu {idle_cpu_pct:.2f}% of a core, "
               f"rss max {rss:.1f} MB", flush=True)
 
+        print(f"  32-client mix: {warmup_s:.0f}s warm-up, then a {soak_s:.0f}s soak ...", flush=True)
+        mix = LoadMix(relay.endpoint, containerd.busybox_image).start()
+        try:
+            soak(lambda: proc_rss_mb(relay_pid), warmup_s, progress=lambda line: print(line, flush=True))
+            calls0 = mix.calls
+            first, last, peak = soak(lambda: proc_rss_mb(relay_pid), soak_s,
+                                     progress=lambda line: print(line, flush=True))
+            calls = mix.calls - calls0
+        finally:
+            mix.stop()
+        soak_growth = (peak - first) / first * 100
+        print(f"  soak: rss {first:.1f} -> {last:.1f} MB (max {peak:.1f}), growth {soak_growth:.2f}%, "
+              f"{calls} calls ({calls / soak_s:.0f}/s), {len(mix.errors)} errors {mix.errors[:3]}", flush=True)
+        assert not mix.errors, f"calls failed through the relay during the soak: {mix.errors}"
+
+        # Last: 16 MiB requests leave big buffers behind, which must not count in the RSS figures.
+        max_mib = max_request_mib(via, containerd.busybox_image)
+
         added_p50 = (statistics.median(r_version) - statistics.median(d_version)) * 1e3
         added_p99 = (percentile(r_version, 0.99) - percentile(d_version, 0.99)) * 1e3
         values = {"added_p50_ms": added_p50, "added_p99_ms": added_p99, "podstart_ratio": podstart_ratio,
                   "rss_mb": rss, "idle_cpu_pct": idle_cpu_pct, "concurrent8_ratio": conc8,
-                  "concurrent32_ratio": conc32}
+                  "concurrent32_ratio": conc32, "soak_rss_growth_pct": soak_growth}
         for key, target in TARGETS.items():
             print(f"  target {key} <= {target}: {'met' if values[key] <= target else 'NOT met'} "
                   f"({values[key]:.3f})", flush=True)
         print(f"  target max_request_mib >= 16: {'met' if max_mib >= 16 else 'NOT met'} ({max_mib:g})", flush=True)
         line = (f"relay: added_p50_ms={added_p50:.3f} added_p99_ms={added_p99:.3f} "
                 f"podstart_ratio={podstart_ratio:.3f} rss_mb={rss:.1f} idle_cpu_pct={idle_cpu_pct:.2f} "
-                f"concurrent8_ratio={conc8:.3f} concurrent32_ratio={conc32:.3f} max_request_mib={max_mib:g}")
+                f"concurrent8_ratio={conc8:.3f} concurrent32_ratio={conc32:.3f} max_request_mib={max_mib:g} "
+                f"idle_rss_mb={idle_rss:.1f} soak_rss_growth_pct={soak_growth:.2f}")
         print(line, flush=True)
         # pytest prints its own summary after the test; repeat the line at exit so it is the LAST line.
         atexit.register(print, line, flush=True)
