@@ -25,6 +25,7 @@ from resmgr.options import build_parser
 from resmgr.policy.registry import available_policies
 from resmgr.relay.dump import Dumper
 from resmgr.relay.hooks import ResourceManagerHook
+from resmgr.relay.memory import fix_mmap_threshold
 from resmgr.relay.metrics import RelayMetrics, serve_metrics
 from resmgr.relay.server import Relay
 from resmgr.relay.settings import RelaySettings, SettingsError, settings_from_config
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
                           base_level=args.log_level)
     log.info("starting cri-resmgr %s", __version__, extra={"config": source, "policy": settings.policy})
     os.makedirs(args.relay_dir, exist_ok=True)
+    fix_mmap_threshold()  # before the first connection: keeps RSS flat under load (resmgr/relay/memory.py)
     metrics = RelayMetrics()
     metrics_address = args.metrics_address or settings.metrics_address
     metrics_server = None
