@@ -211,9 +211,6 @@ class RelayMetrics:
         self.container_updates = Counter("cri_resmgr_container_updates",
                                          "UpdateContainerResources calls issued on behalf of the policy",
                                          ["result"], self.registry)
-        self.config_errors = Counter("cri_resmgr_config_errors",
-                                     "Configs that could not be used, by source; the relay runs on with the "
-                                     "previous or the default config", ["source"], self.registry)
         self.metrics_refused = Counter("cri_resmgr_metrics_refused",
                                        "Connections to /metrics refused, by reason (forbidden peer, "
                                        "timeout, bad request)", ["reason"], self.registry)
