@@ -13,7 +13,7 @@ from typing import Any
 
 from resmgr import __version__
 from resmgr.config import ConfigError
-from resmgr.config.files import StartupConfigs, choose_config
+from resmgr.config.files import FORCE, StartupConfigs, choose_config
 from resmgr.configplane import ConfigPlane, ConfigPlaneHandle, start_config_plane
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView
 from resmgr.configplane.hook import AdjustingHook
@@ -29,7 +29,7 @@ from resmgr.relay.memory import fix_mmap_threshold
 from resmgr.relay.metrics import RelayMetrics, serve_metrics
 from resmgr.relay.server import Relay
 from resmgr.relay.settings import RelaySettings, SettingsError, settings_from_config
-from resmgr.relay.startup import StartupError
+from resmgr.relay.startup import ConfigNotice, StartupError, load_startup_files, without_unfit_files
 from resmgr.rpc.sockets import SocketInUse
 from resmgr.topology import TopologyError, discover_topology
 
@@ -86,11 +86,14 @@ class _HookApplier:
 class _Runner:
     """Holds the running relay and config plane, and reacts to signals."""
 
-    def __init__(self, args: argparse.Namespace, relay: Relay, settings: RelaySettings) -> None:
+    def __init__(self, args: argparse.Namespace, relay: Relay, settings: RelaySettings,
+                 metrics: RelayMetrics) -> None:
         self.args = args
         self.relay = relay
         self.settings = settings
+        self.metrics = metrics
         self.plane: ConfigPlaneHandle | None = None
+        self.notice = ConfigNotice(None)
         self.reload = threading.Event()
         self.wake = threading.Event()
 
@@ -114,6 +117,7 @@ class _Runner:
     def apply_relay_sections(self, config: dict[str, Any], source: str) -> None:
         """Apply the relay's own sections (dump, logger) of a config that became active."""
         settings = settings_from_config(config, source)
+        self.notice.set(None)  # a config works again: nothing runs without the config it was given
         self.relay.dumper.reconfigure(settings.dump)
         set_debug_modules(parse_debug_modules(self.args.debug) + settings.debug_modules,
                           root_package="resmgr", base_level=self.args.log_level)
@@ -129,6 +133,9 @@ class _Runner:
         problem = self.plane.reload_force_config()
         if problem:
             log.error("%s: keeping the current config: %s", sig, problem)
+            self.metrics.config_errors.labels(FORCE).inc()
+            self.notice.set(f"{FORCE} {self.args.force_config} not used ({sig}): {problem}; the previous config "
+                            "stays")
         else:
             log.info("%s: reloaded forced config", sig, extra={"source": self.args.force_config})
 
@@ -144,15 +151,15 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     if args.reset_policy or args.reset_config:
         return _reset_state(args)
     rm: ResourceManager | None = None
+    fix_mmap_threshold()  # before the first connection: keeps RSS flat under load (resmgr/relay/memory.py)
+    metrics = RelayMetrics()
     try:
-        # The files are read once, here, and checked first: a bad file is reported with its path
-        # before any state is touched.
-        files = StartupConfigs.load(args.force_config, args.fallback_config)
-        first = files.force or files.fallback  # the file in force unless the agent's cached config wins
-        if first is not None:
-            settings_from_config(first.config, first.path)
+        # The files are read once, here, and checked first: a bad file is reported with its path before
+        # any state is touched, and set aside, so kubelet's runtime never goes down for a config.
+        files, problems = load_startup_files(args.force_config, args.fallback_config,
+                                             lambda file: settings_from_config(file.config, file.path))
         if hook_factory is None:
-            rm = build_resource_manager(args, files)
+            rm, files = without_unfit_files(lambda f: build_resource_manager(args, f), files, problems)
             config, source = rm.config, rm.config_source  # precedence decided there, with the cache
         else:
             config, source = choose_config(force=files.force_config, fallback=files.fallback_config)
@@ -161,13 +168,14 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     except (SettingsError, ConfigError, TopologyError, CacheError) as err:
         sys.stderr.write(f"cri-resmgr: {err}\n")
         return 2
+    for problem in problems:
+        log.error("%s", problem.describe(source), extra={"config_source": problem.source, "path": problem.path})
+        metrics.config_errors.labels(problem.source).inc()
     if settings.debug_modules:
         set_debug_modules(parse_debug_modules(args.debug) + settings.debug_modules, root_package="resmgr",
                           base_level=args.log_level)
     log.info("starting cri-resmgr %s", __version__, extra={"config": source, "policy": settings.policy})
     os.makedirs(args.relay_dir, exist_ok=True)
-    fix_mmap_threshold()  # before the first connection: keeps RSS flat under load (resmgr/relay/memory.py)
-    metrics = RelayMetrics()
     metrics_address = args.metrics_address or settings.metrics_address
     metrics_server = None
     if metrics_address and metrics_address != "off":
@@ -182,7 +190,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
                   dumper=Dumper(settings.dump, directory=args.relay_dir), pid_file=args.pid_file or None,
                   max_workers=args.workers,
                   runtime_wait_timeout=args.runtime_wait_timeout, transport=args.transport)
-    runner = _Runner(args, relay, settings)
+    runner = _Runner(args, relay, settings, metrics)
     signal.signal(signal.SIGTERM, runner.on_terminate)
     signal.signal(signal.SIGINT, runner.on_terminate)
     signal.signal(signal.Signals[args.force_config_signal], runner.on_hangup)
@@ -193,6 +201,9 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
                                              runner.apply_relay_sections)
             runner.plane = start_config_plane(args, applier, initial_source=rm.config_source)
             hook.plane = runner.plane.plane
+            runner.notice = ConfigNotice(runner.plane.agent)
+            if problems:
+                runner.notice.set("; ".join(p.describe(source) for p in problems))
         else:  # no agent for a stand-in hook, but SIGHUP takes the same path
             plane = ConfigPlane(_HookApplier(relay, runner.apply_relay_sections), force_config=args.force_config,
                                 agent_disabled=True, initial_source=source)
@@ -200,6 +211,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
         runner.run_until_stopped()
     except (StartupError, SocketInUse, OSError) as err:
         log.error("cannot start: %s", err)
+        runner.notice.stop()
         if runner.plane is not None:
             runner.plane.stop()
         relay.stop(grace=0)
@@ -209,6 +221,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
             metrics_server.shutdown()
         if rm is not None:
             rm.close()
+    runner.notice.stop()
     if runner.plane is not None:
         runner.plane.stop()
     relay.stop(grace=args.shutdown_grace)  # the cache is closed: what the drain changes is written at once

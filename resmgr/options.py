@@ -19,6 +19,9 @@ DEFAULT_CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
 DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
 DEFAULT_PID_FILE = "/var/run/cri-resmgr/cri-resmgr.pid"
 DEFAULT_RELAY_DIR = "/var/lib/cri-resmgr"
+# The node annotation cri-resmgr sets (through the agent's PatchNode) while it runs without a config it was
+# given (a bad --force-config/--fallback-config, or a SIGHUP reload that failed); removed once a config works.
+RELAY_CONFIG_ERROR_ANNOTATION = "cri-resource-manager.intel.com/relay-config-error"
 # splice: copy HTTP/2 frames (fast); grpc: a gRPC server + client per call (can split runtime/image sockets).
 TRANSPORTS = ("auto", "splice", "grpc")
 LOG_FORMATS = ("text", "json")

@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from resmgr.agent.kube import ADJUSTMENT_GROUP, ADJUSTMENT_PLURAL, ADJUSTMENT_VERSION
 from resmgr.agent.selection import CONFIG_NAMESPACE, Selection
 from resmgr.configplane.adjustments import SPEC_ERROR_KEY
+from resmgr.options import RELAY_CONFIG_ERROR_ANNOTATION as RELAY_CONFIG_ERROR
 
 log = logging.getLogger("resmgr.agent")
 
@@ -24,7 +25,7 @@ CONFIG_ERROR_ANNOTATION = ANNOTATION_PREFIX + "config-error"
 # Information about the active config, not an error: fields accepted but not applied, force config in effect.
 CONFIG_INFO_ANNOTATION = ANNOTATION_PREFIX + "config-info"
 # Written by cri-resmgr through the agent (PatchNode) while it runs without the config it was given.
-RELAY_CONFIG_ERROR_ANNOTATION = ANNOTATION_PREFIX + "relay-config-error"
+RELAY_CONFIG_ERROR_ANNOTATION = RELAY_CONFIG_ERROR
 COMPONENT = "cri-resmgr-agent"
 # Events about a cluster-scoped object (our Node) must live in "default", as kubelet's do.
 EVENT_NAMESPACE = "default"

@@ -1,13 +1,26 @@
-"""What happens before the relay serves: wait for the runtime, sync state, prepare the socket and pid file."""
+"""What happens before the relay serves: wait for the runtime, sync state, prepare the socket and pid file,
+and never let a bad config file stop kubelet's runtime.
+
+A ``--force-config`` or ``--fallback-config`` that is invalid, or valid but does not fit this node (CPUs it
+does not have), is set aside: cri-resmgr runs with the next config by precedence (the last good config the
+agent pushed, the fallback, or the defaults: policy none) and says so in its log, in the metric
+``cri_resmgr_config_errors_total`` and in a node annotation written through the agent (``ConfigNotice``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from resmgr.config import ConfigError
+from resmgr.config.files import FALLBACK, FORCE, ConfigFile, StartupConfigs, read_config_file
+from resmgr.options import RELAY_CONFIG_ERROR_ANNOTATION
 from resmgr.relay.cri import api_pb2
 from resmgr.rpc.sockets import endpoint_path
 from resmgr.rpc.unixrpc import RpcError, UnaryClient
@@ -103,3 +116,108 @@ def remove_pid_file(path: str) -> None:
         os.unlink(path)
     except (FileNotFoundError, ValueError):
         pass
+
+
+# -- config files that do not work ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConfigProblem:
+    """A config file given on the command line that cri-resmgr runs without."""
+
+    source: str  # FORCE or FALLBACK
+    path: str
+    error: str
+
+    def describe(self, running: str) -> str:
+        return f"{self.source} {self.path} not used: {self.error}; running with the config from {running}"
+
+
+def load_startup_files(force_path: str | None, fallback_path: str | None,
+                       check: Callable[[ConfigFile], None] = lambda _: None
+                       ) -> tuple[StartupConfigs, list[ConfigProblem]]:
+    """Read both files; one that cannot be read, fails the schema or ``check`` (the relay's own sections)
+    is left out and returned as a problem instead of stopping cri-resmgr."""
+    files: dict[str, ConfigFile | None] = {FORCE: None, FALLBACK: None}
+    problems: list[ConfigProblem] = []
+    for label, path in ((FORCE, force_path), (FALLBACK, fallback_path)):
+        if not path:
+            continue
+        try:
+            file = read_config_file(path)
+            check(file)
+        except (ConfigError, ValueError) as err:  # SettingsError is a ValueError too
+            problems.append(ConfigProblem(label, path, str(err)))
+            continue
+        files[label] = file
+    return StartupConfigs(force=files[FORCE], fallback=files[FALLBACK]), problems
+
+
+def without_unfit_files(build: Callable[[StartupConfigs], Any], files: StartupConfigs,
+                        problems: list[ConfigProblem]) -> tuple[Any, StartupConfigs]:
+    """``build(files)``; a file whose config does not fit this node (the policy refuses it) is left out and
+    ``build`` tried again, so cri-resmgr starts on the next config by precedence."""
+    while True:
+        try:
+            return build(files), files
+        except ConfigError as err:
+            file = {FORCE: files.force, FALLBACK: files.fallback}.get(err.source)
+            if file is None:
+                raise
+            problems.append(ConfigProblem(err.source, file.path, str(err)))
+            files = dataclasses.replace(files, **{"force" if err.source == FORCE else "fallback": None})
+
+
+class NodePatcher(Protocol):
+    def patch_node(self, patch: dict[str, Any], patch_type: str = "strategic") -> None: ...
+
+
+class ConfigNotice:
+    """Keeps the node annotation RELAY_CONFIG_ERROR_ANNOTATION saying what config cri-resmgr runs without,
+    through the agent's PatchNode; retried with backoff while the agent is not there (it starts after us)."""
+
+    def __init__(self, agent: NodePatcher | None, *, max_backoff: float = 30.0) -> None:
+        self.agent = agent
+        self.max_backoff = max_backoff
+        self._wanted: str | None = None
+        self._written: str | None | bool = False  # False: nothing written yet (None removes the annotation)
+        self._changed = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def set(self, message: str | None) -> None:
+        """The annotation's text, or None to remove it."""
+        self._wanted = message
+        if self.agent is not None and self._thread is None and (message is not None or self._written is not False):
+            self._thread = threading.Thread(target=self._run, name="config-notice", daemon=True)
+            self._thread.start()
+        self._changed.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._changed.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        backoff = 1.0
+        warned = False
+        while not self._stop.is_set():
+            self._changed.wait()
+            self._changed.clear()
+            wanted = self._wanted
+            if wanted == self._written or self._stop.is_set():
+                continue
+            try:
+                assert self.agent is not None
+                self.agent.patch_node({"metadata": {"annotations": {RELAY_CONFIG_ERROR_ANNOTATION: wanted}}},
+                                      "merge")
+            except Exception as err:  # AgentError, or anything the transport raises: retry, never die
+                if not warned:
+                    log.warning("cannot annotate the node through the agent yet (%s); retrying", err)
+                    warned = True
+                if self._stop.wait(backoff):
+                    return
+                backoff = min(backoff * 2, self.max_backoff)
+                self._changed.set()
+                continue
+            log.info("node annotation %s %s", RELAY_CONFIG_ERROR_ANNOTATION, "set" if wanted else "removed")
+            self._written, backoff, warned = wanted, 1.0, False
