@@ -143,31 +143,47 @@ class TopologyAwarePolicy(Policy):
 
     # -- decisions -----------------------------------------------------------------------
     def _preferences(self, c: ContainerInfo) -> tuple[int, int, bool]:
-        """(whole exclusive CPUs, shared milli-CPU, prefer isolated) for a container."""
+        """(whole exclusive CPUs, shared milli-CPU, prefer isolated) for a container, by upstream's rules:
+        only Guaranteed containers of at least one CPU get exclusive CPUs. With 1 <= request < 2 CPUs,
+        ``PreferSharedCPUs`` (config or annotation) makes a fractional request shared, but an integer
+        one only when annotated; ``PreferIsolatedCPUs`` applies from config or annotation. With two
+        or more CPUs a fractional request is shared unless annotated not to be, an integer one is
+        exclusive unless annotated shared, and isolated CPUs are used only when annotated."""
         if c.qos == QOS_BESTEFFORT:
             return 0, 0, False
-        full, frac = 0, c.request_milli
-        if c.qos == QOS_GUARANTEED:
-            full, frac = divmod(c.request_milli, 1000)
-        shared = preference_flag(c, PREFER_SHARED_KEY)
-        if shared is None:
-            shared = bool(self.opts["PreferSharedCPUs"])
-        if shared:
-            full, frac = 0, c.request_milli
-        isolate = preference_flag(c, PREFER_ISOLATED_KEY)
-        if isolate is None:
-            isolate = bool(self.opts["PreferIsolatedCPUs"])
-        return full, frac, isolate
+        shared = (0, c.request_milli, False)
+        if c.qos != QOS_GUARANTEED:
+            return shared
+        full, frac = divmod(c.request_milli, 1000)
+        shared_note = preference_flag(c, PREFER_SHARED_KEY)
+        isolated_note = preference_flag(c, PREFER_ISOLATED_KEY)
+        if full == 0:
+            return shared
+        if full == 1:
+            prefer_isolated = self.opts["PreferIsolatedCPUs"] if isolated_note is None else isolated_note
+            prefer_shared = self.opts["PreferSharedCPUs"] if shared_note is None else shared_note
+            if (prefer_shared if frac else shared_note is True):
+                return shared
+            return full, frac, bool(prefer_isolated)
+        if (shared_note is not False) if frac else (shared_note is True):
+            return shared
+        return full, frac, isolated_note is True
 
     def _exclusive_fits(self, pool: Pool, cpus: frozenset[int], frac: int) -> bool:
-        """Would taking ``cpus`` from ``pool`` leave every affected pool enough shared CPUs?"""
-        for q in [pool, *pool.ancestors, *pool.subtree]:
-            if not (q.cpus & cpus) and q is not pool:
+        """May ``cpus`` be sliced off ``pool`` for a container that also wants ``frac`` shared milli-CPU?
+
+        As upstream: the pool and each ancestor keep free shared capacity after the slice, enough for
+        ``frac`` and never zero, so shared containers (and the fallback to the root pool) always
+        have a CPU that nobody owns. A descendant that loses CPUs must still hold its own users."""
+        for q in [pool, *pool.ancestors]:
+            free = len(self._shared[q.name] - cpus) * 1000 - self._used(q)
+            if free < max(frac, 1):
+                return False
+        for q in pool.subtree:
+            if q is pool or not q.cpus & cpus:
                 continue
             remaining = len(self._shared[q.name] - cpus)
-            used = self._used(q) + (frac if q is pool else 0)
-            users = self._shared_users(q) + (1 if frac and q is pool else 0)
-            if remaining * 1000 < used or (users and not remaining):
+            if remaining * 1000 < self._used(q) or (self._shared_users(q) and not remaining):
                 return False
         return True
 
@@ -205,7 +221,12 @@ class TopologyAwarePolicy(Policy):
 
     def decide(self, c: ContainerInfo) -> Grant:
         if is_reserved_namespace(c, list(self.opts["ReservedPoolNamespaces"])):
-            return Grant(pool=RESERVED, kind="reserved", shared_milli=c.request_milli)
+            if self.reserved:
+                return Grant(pool=RESERVED, kind="reserved", shared_milli=c.request_milli)
+            # No reserved CPUs (ReservedResources 0): upstream's fallback, the root pool's shared CPUs.
+            grant = Grant(pool="root", kind="shared", shared_milli=c.request_milli)
+            self._account(grant, +1)
+            return grant
         full, frac, isolate = self._preferences(c)
         grant = None
         colocated = self._colocated_pool(c)
@@ -223,11 +244,20 @@ class TopologyAwarePolicy(Policy):
                 if grant is not None:
                     break
         if grant is None:
-            log.warning("topology-aware: no pool fits %s/%s (full=%d, shared=%dm); sharing the root pool",
-                        c.pod_name, c.name, full, frac)
-            grant = Grant(pool="root", kind="shared", shared_milli=c.request_milli)
+            grant = self._fallback(c, full, frac)
         self._account(grant, +1)
         return grant
+
+    def _fallback(self, c: ContainerInfo, full: int, frac: int) -> Grant:
+        """No pool fits: the root pool's shared CPUs, which exclusive slicing never empties; the
+        reserved CPUs if the node has no shared CPU at all (everything reserved or isolated).
+        Upstream refuses the container instead (see the README)."""
+        where = "the root pool's shared CPUs" if self._shared["root"] else "the reserved CPUs"
+        log.warning("topology-aware: no pool fits %s/%s (exclusive=%d, shared=%dm); running it on %s",
+                    c.pod_name, c.name, full, frac, where)
+        if self._shared["root"]:
+            return Grant(pool="root", kind="shared", shared_milli=c.request_milli)
+        return Grant(pool=RESERVED, kind="reserved", shared_milli=c.request_milli)
 
     def _account(self, grant: Grant, sign: int) -> None:
         if grant.pool == RESERVED:
@@ -283,6 +313,9 @@ class TopologyAwarePolicy(Policy):
                     raise RestoreError(f"cached exclusive CPUs {format_cpuset(g.exclusive)} of {cid} "
                                        f"do not fit pool {g.pool}")
             self._account(g, +1)
+        for cid, g in self.grants.items():
+            if g.pool != RESERVED and (g.kind == "shared" or g.shared_milli) and not self._shared[g.pool]:
+                raise RestoreError(f"cached shared grant of {cid} is in pool {g.pool}, which has no shared CPU left")
 
     def describe_pools(self) -> dict[str, str]:
         return {name: format_cpuset(self._shared[name]) for name in self.pools}

@@ -1,7 +1,9 @@
 """Hypothesis-driven create/remove/update/restart sequences; invariants checked after every step.
 
 Invariants:
-* no CPU is exclusive to two containers (and no other container's cpuset touches it);
+* no CPU is exclusive to two containers, and no other container's cpuset touches it; a pinned
+  container never gets an empty cpuset (the runtime would leave it on its parent's CPUs, the whole
+  node, exclusive CPUs included);
 * reserved CPUs are never exclusive;
 * every cpuset lies within AvailableResources;
 * what the runtime holds (create-time cpuset + ContainerUpdates) equals the policy's placements,
@@ -55,6 +57,35 @@ policy:
   ReservedResources:
     cpu: cpuset:0,64
 """),
+    # The real 2-CPU node where a Guaranteed pod's exclusive CPU ended up in a Burstable pod's cpuset.
+    "topology-aware-2cpu-750m": ("this-machine", """\
+policy:
+  Active: topology-aware
+  ReservedResources:
+    cpu: 750m
+"""),
+    # A socket pool whose only CPU is reserved, next to one with a single shared CPU.
+    "topology-aware-tiny-sockets": ("tiny-2s-1c", """\
+policy:
+  Active: topology-aware
+  ReservedResources:
+    cpu: 500m
+"""),
+    "topology-aware-tiny-isolated": ("tiny-2n-2c-2t", """\
+policy:
+  Active: topology-aware
+  ReservedResources:
+    cpu: 1500m
+  topology-aware:
+    ColocateNamespaces: true
+"""),
+    "topology-aware-2cpu-unreserved": ("this-machine", """\
+policy:
+  Active: topology-aware
+  ReservedResources:
+    cpu: 0
+"""),
+    "static-tiny": ("tiny-2n-2c-2t", "policy:\n  Active: static\n  ReservedResources:\n    cpu: 1\n"),
     # The seed project's example, with its balloon type also selected by namespace.
     "balloons-seed": ("2s-2n-16c-2t", SEED_BALLOONS.replace(
         "        MinBalloons: 2\n", "        MinBalloons: 2\n        Namespaces: [medium]\n")),
@@ -80,15 +111,20 @@ policy:
 
 QOS = st.sampled_from(["guaranteed", "burstable", "besteffort"])
 MILLI = st.sampled_from([0, 100, 500, 1000, 1500, 2000, 3000, 4000, 8000, 20000])
+# On the tiny topologies requests are drawn at their scale, so the pools fill up within a sequence.
+TINY_MILLI = st.sampled_from([1000, 0, 250, 1500, 2000, 3000])
 NAMESPACES = st.sampled_from(["default", "kube-system", "monitoring", "medium", "app-a", "app-b", "fixed"])
 ANNOTATIONS = st.sampled_from([
     {}, {"prefer-isolated-cpus.cri-resource-manager.intel.com": "false"},
     {"prefer-shared-cpus.cri-resource-manager.intel.com/pod": "true"},
+    {"prefer-shared-cpus.cri-resource-manager.intel.com/pod": "false"},
+    {"prefer-isolated-cpus.cri-resource-manager.intel.com/pod": "true"},
     {"balloon.balloons.cri-resource-manager.intel.com": "mediumBalloon"},
 ])
 
 
-def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMachine]:
+def make_machine(topology: Topology, config_text: str,
+                 milli_strategy: st.SearchStrategy[int] = MILLI) -> type[RuleBasedStateMachine]:
     class PolicyMachine(RuleBasedStateMachine):
         @initialize()
         def start(self) -> None:
@@ -107,8 +143,21 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
             self.n += 1
             self.pods.append(self.d.run_pod(f"p{self.n}", namespace=ns, qos=qos, annotations=annotations))
 
+        @rule(data=st.data(), ns=NAMESPACES, annotations=ANNOTATIONS)
+        def fill_free_cpus(self, data: st.DataObject, ns: str, annotations: dict[str, str]) -> None:
+            """A Guaranteed pod asking for every CPU nobody holds exclusively (or all but one, or one):
+            pools run full, and what comes next shows whether the policy keeps exclusivity."""
+            policy = self.d.rm.policy
+            owned = set().union(*policy.exclusive_sets().values())
+            free = getattr(policy, "available", topology.online) - getattr(policy, "reserved", frozenset()) - owned
+            count = data.draw(st.sampled_from(sorted({len(free), max(1, len(free) - 1), 1}, reverse=True)))
+            self.n += 1
+            pod = self.d.run_pod(f"p{self.n}", namespace=ns, qos="guaranteed", annotations=annotations)
+            self.pods.append(pod)
+            self.d.create(pod, f"c{self.n}", count * 1000)
+
         @precondition(lambda self: self.pods)
-        @rule(data=st.data(), milli=MILLI, fail=st.booleans())
+        @rule(data=st.data(), milli=milli_strategy, fail=st.booleans())
         def create(self, data: st.DataObject, milli: int, fail: bool) -> None:
             pod = data.draw(st.sampled_from(self.pods))
             if "besteffort" in self.d.runtime.pods[pod].linux.cgroup_parent:
@@ -134,7 +183,7 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
             self.d.remove_pod(pod)
 
         @precondition(lambda self: self.d.runtime.cpusets)
-        @rule(data=st.data(), milli=st.none() | MILLI, fail=st.booleans())
+        @rule(data=st.data(), milli=st.none() | milli_strategy, fail=st.booleans())
         def kubelet_update(self, data: st.DataObject, milli: int | None, fail: bool) -> None:
             """A cpuset-only update (kubelet's own CPU manager), or an in-place resize; now and then refused."""
             cid = data.draw(st.sampled_from(sorted(self.d.runtime.cpusets)))
@@ -184,7 +233,8 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
             for cid, (cpus, mems) in placements.items():
                 if cpus is not None:
                     cset = parse_cpuset(cpus)
-                    assert cset and cset <= available, f"{cid} cpuset {cpus} outside available"
+                    assert cset, f"{cid} has an empty cpuset: it would run on every CPU, exclusive ones included"
+                    assert cset <= available, f"{cid} cpuset {cpus} outside available"
                     grant = policy.grants.get(cid)
                     mine = grant.exclusive if grant is not None else frozenset()
                     others = seen - mine
@@ -203,9 +253,10 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
 
 @pytest.mark.property
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_policy_sequences(scenario: str, topologies: dict[str, Topology]) -> None:
+def test_policy_sequences(scenario: str, all_topologies: dict[str, Topology]) -> None:
     topo_name, config_text = SCENARIOS[scenario]
-    machine = make_machine(topologies[topo_name], config_text)
+    topology = all_topologies[topo_name]
+    machine = make_machine(topology, config_text, TINY_MILLI if len(topology.online) <= 8 else MILLI)
     run_state_machine_as_test(machine, settings=settings(
         max_examples=int(os.environ.get("POLICY_SM_EXAMPLES", examples(20))), stateful_step_count=25, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
@@ -238,11 +289,11 @@ RESTORE_REGRESSIONS = {
 
 @pytest.mark.parametrize("sequence", sorted(RESTORE_REGRESSIONS))
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_restore_after_failed_calls(scenario: str, sequence: str, topologies: dict[str, Topology],
+def test_restore_after_failed_calls(scenario: str, sequence: str, all_topologies: dict[str, Topology],
                                     tmp_path: Path) -> None:
     """A restart restores exactly the placements and policy state (balloon instances included)."""
     topo_name, config_text = SCENARIOS[scenario]
-    d = Driver(topologies[topo_name], tmp_path, config_text)
+    d = Driver(all_topologies[topo_name], tmp_path, config_text)
     pods: dict[str, str] = {}
     cids: dict[str, str] = {}
     for step in RESTORE_REGRESSIONS[sequence]:
