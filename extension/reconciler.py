@@ -159,6 +159,8 @@ class Reconciler:
         """What the shoot owner should fix but that must not fail the reconcile (it would block the shoot)."""
         pc = self.actuator.provider_config(ex)  # already validated by the successful reconcile
         warnings = check_worker_pools(pc.worker_pools, list(cluster.worker_pools))
+        # Upstream fields and flags accepted but not applied by this cri-resmgr (resmgr.config.compat).
+        warnings += self.actuator.configs(pc).notes
         for w in warnings:
             log.warning(w, extra={"namespace": ex["metadata"]["namespace"], "extension": ex["metadata"]["name"]})
         return warnings
