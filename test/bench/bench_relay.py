@@ -38,11 +38,10 @@ import statistics
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import grpc
-from bench.relay_load import LoadMix, soak
+from bench.relay_load import LoadMix, container_config, pod_config, soak
 from cri_api.v1 import api_pb2, api_pb2_grpc
 from integration.relay.relay_process import RelayProcess
 
@@ -96,20 +95,6 @@ def relay_process_pid(pid: int) -> int:
     if len(children) == 1 and Path(f"/proc/{children[0]}/exe").resolve() == Path(f"/proc/{pid}/exe").resolve():
         return int(children[0])
     return pid
-
-
-def pod_config(name: str) -> api_pb2.PodSandboxConfig:
-    uid = str(uuid.uuid4())
-    return api_pb2.PodSandboxConfig(
-        metadata=api_pb2.PodSandboxMetadata(name=name, namespace="bench", uid=uid),
-        hostname=name, log_directory=f"/tmp/cri-bench-logs/{uid}",
-        linux=api_pb2.LinuxPodSandboxConfig(cgroup_parent=f"/kubepods/besteffort/pod{uid}"))
-
-
-def container_config(name: str, image: str) -> api_pb2.ContainerConfig:
-    return api_pb2.ContainerConfig(metadata=api_pb2.ContainerMetadata(name=name),
-                                   image=api_pb2.ImageSpec(image=image), command=["sleep", "3600"],
-                                   log_path=f"{name}.log")
 
 
 def start_pod(stub: api_pb2_grpc.RuntimeServiceStub, name: str, image: str, containers: int = 1) -> str:

@@ -23,15 +23,15 @@ CALL_PAUSE_S = 0.1
 EXEC_PAUSE_S = 0.5
 
 
-def _pod_config(name: str) -> api_pb2.PodSandboxConfig:
+def pod_config(name: str, namespace: str = "bench") -> api_pb2.PodSandboxConfig:
     uid = str(uuid.uuid4())
     return api_pb2.PodSandboxConfig(
-        metadata=api_pb2.PodSandboxMetadata(name=name, namespace="load", uid=uid),
+        metadata=api_pb2.PodSandboxMetadata(name=name, namespace=namespace, uid=uid),
         hostname=name, log_directory=f"/tmp/cri-bench-logs/{uid}",
         linux=api_pb2.LinuxPodSandboxConfig(cgroup_parent=f"/kubepods/besteffort/pod{uid}"))
 
 
-def _container_config(name: str, image: str) -> api_pb2.ContainerConfig:
+def container_config(name: str, image: str) -> api_pb2.ContainerConfig:
     return api_pb2.ContainerConfig(metadata=api_pb2.ContainerMetadata(name=name),
                                    image=api_pb2.ImageSpec(image=image), command=["sleep", "3600"],
                                    log_path=f"{name}.log")
@@ -66,10 +66,10 @@ class LoadMix:
 
     def start(self) -> LoadMix:
         setup = api_pb2_grpc.RuntimeServiceStub(self._channel())
-        config = _pod_config("load-target")
+        config = pod_config("load-target", "load")
         self._pod_id = setup.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=config), timeout=120).pod_sandbox_id
         self._container_id = setup.CreateContainer(api_pb2.CreateContainerRequest(
-            pod_sandbox_id=self._pod_id, config=_container_config("target", self.image), sandbox_config=config),
+            pod_sandbox_id=self._pod_id, config=container_config("target", self.image), sandbox_config=config),
             timeout=120).container_id
         setup.StartContainer(api_pb2.StartContainerRequest(container_id=self._container_id), timeout=120)
         cid = self._container_id
@@ -135,10 +135,10 @@ class LoadMix:
         while not self._stop.is_set():
             n += 1
             try:
-                config = _pod_config(f"churn-{n}")
+                config = pod_config(f"churn-{n}", "load")
                 pod = stub.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=config), timeout=120).pod_sandbox_id
                 ctr = stub.CreateContainer(api_pb2.CreateContainerRequest(
-                    pod_sandbox_id=pod, config=_container_config("c", self.image), sandbox_config=config),
+                    pod_sandbox_id=pod, config=container_config("c", self.image), sandbox_config=config),
                     timeout=120).container_id
                 stub.StartContainer(api_pb2.StartContainerRequest(container_id=ctr), timeout=120)
                 stub.StopPodSandbox(api_pb2.StopPodSandboxRequest(pod_sandbox_id=pod), timeout=120)
