@@ -31,6 +31,8 @@ class InstallationValues:
     node_selector: dict[str, str] = field(default_factory=dict)
     worker_pools: tuple[str, ...] = ()
     metrics_port: int = 8891
+    # Networks besides the node itself that may read cri-resmgr's /metrics (its --metrics-allow).
+    metrics_allow: tuple[str, ...] = ()
     kubernetes_version: str | None = None
 
     def chart_values(self) -> dict[str, Any]:
@@ -40,7 +42,7 @@ class InstallationValues:
             "configs": {"static": self.static_configs, "dynamic": self.dynamic_configs},
             "nodeSelector": self.node_selector,
             "workerPools": list(self.worker_pools),
-            "metrics": {"port": self.metrics_port},
+            "metrics": {"port": self.metrics_port, "allow": list(self.metrics_allow)},
         }
 
 

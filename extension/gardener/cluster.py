@@ -21,6 +21,9 @@ class ClusterInfo:
     shoot_failed: bool
     force_deletion: bool
     shoot_name: str = ""
+    # The shoot's pod network (spec.networking.pods): the shoot Prometheus's scrapes through the kube-apiserver
+    # proxy reach the nodes from there (the VPN's shoot side), so the relay's /metrics must admit it.
+    pods_cidr: str = ""
     cluster_missing: bool = False
     # Digest of what a reconcile depends on; --ignore-operation-annotation reacts to its changes.
     digest: str = ""
@@ -56,6 +59,7 @@ def cluster_info_from(cluster: dict[str, Any]) -> ClusterInfo:
         shoot_failed=last_op.get("state") == "Failed",
         force_deletion=annotations.get(c.FORCE_DELETION_ANNOTATION) in ("true", "True", "1"),
         shoot_name=meta.get("name", ""),
+        pods_cidr=str((spec.get("networking") or {}).get("pods") or ""),
         digest=cluster_digest(cluster),
     )
 

@@ -322,3 +322,25 @@ def test_removed_worker_pool_is_a_warning_not_a_failed_reconcile(seed, operator)
     assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["pool-a", "pool-gone"]
     assert any(e.get("level") == "warning" and "pool-gone" in e.get("msg", "") and e.get("namespace") == ns
                for e in operator.log_lines())
+
+
+def test_shoot_pod_network_may_read_the_relays_metrics(seed, operator):
+    """The shoot Prometheus scrapes through the kube-apiserver proxy, which reaches the nodes from the shoot's
+    pod network (the VPN's shoot side): cri-resmgr's --metrics-allow gets that network, after the user's flags."""
+    from resmgr.config.extra_options import parse_extra_options
+
+    ns = seed.new_namespace(operator.prefix)
+    shoot = default_shoot(ns, workers=["pool-a"])
+    shoot["spec"]["networking"] = {"type": "calico", "pods": "100.96.0.0/11", "nodes": "10.250.0.0/16"}
+    seed.seed_api.create_cluster(ns, shoot=shoot)
+    seed.create_extension(ns, {"configs": {"EXTRA_OPTIONS": "--log-level=debug\n"}})
+    wait_for(lambda: succeeded(seed, ns), "Extension Succeeded", operator=operator)
+    extra = by_kind(seed.rendered_objects(ns), "ConfigMap")["cri-resmgr-installer-config"]["data"]["EXTRA_OPTIONS"]
+    assert parse_extra_options(extra) == ["--log-level=debug", "--metrics-allow=100.96.0.0/11"]
+
+    # Without a pod network in the Shoot (and without user flags) there is nothing to add.
+    ns2 = new_shoot(seed, operator)
+    seed.create_extension(ns2)
+    wait_for(lambda: succeeded(seed, ns2), "Extension Succeeded", operator=operator)
+    data = by_kind(seed.rendered_objects(ns2), "ConfigMap")["cri-resmgr-installer-config"].get("data") or {}
+    assert "EXTRA_OPTIONS" not in data
