@@ -91,6 +91,7 @@ class Actuator:
         values = InstallationValues(
             images=self.images(cluster), mode=mode, static_configs=split.static, dynamic_configs=split.dynamic,
             node_selector=pc.node_selector, worker_pools=pc.worker_pools, metrics_port=self.settings.metrics_port,
+            metrics_allow=(cluster.pods_cidr,) if cluster.pods_cidr else (),
             kubernetes_version=cluster.kubernetes_version or None)
         return Installation(self.apis, namespace, values, helm=self.settings.helm, chart_dir=self.settings.chart_dir,
                             poll_interval=self.settings.poll_interval)
