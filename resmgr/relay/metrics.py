@@ -15,9 +15,9 @@ import bisect
 import logging
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from resmgr.relay.metrics_http import MetricsServer, parse_networks
+from resmgr.relay.metrics_http import MetricsServer, parse_networks, tcp_listener, unix_listener
 
 log = logging.getLogger("resmgr.metrics")
 
@@ -250,12 +250,24 @@ def parse_address(address: str) -> tuple[str, int]:
 
 def serve_metrics(metrics: RelayMetrics, address: str, allowed: tuple[str, ...] | list[str] = (),
                   **limits: float) -> MetricsServer:
-    """Start the /metrics endpoint (worker threads, daemon). ``allowed``: CIDRs beyond the node itself."""
+    """Start the /metrics endpoint on TCP ``address`` (worker threads, daemon). ``allowed``: CIDRs
+    beyond loopback and the node itself."""
     host, port = parse_address(address)
-    server = MetricsServer(host, port, metrics.registry.exposition, CONTENT_TYPE,
-                           allowed=parse_networks(allowed),
-                           refused=lambda reason: metrics.metrics_refused.labels(reason).inc(),
+    server = MetricsServer(tcp_listener(host, port), metrics.registry.exposition, CONTENT_TYPE,
+                           allowed=parse_networks(allowed), refused=_refused_counter(metrics),
                            **limits)  # type: ignore[arg-type]
     log.info("serving metrics", extra={"address": f"{host}:{server.server_port}", "path": "/metrics",
                                        "allowed": ",".join(str(n) for n in server.allowed) or "node only"})
     return server
+
+
+def serve_metrics_socket(metrics: RelayMetrics, path: str, mode: int = 0o660, **limits: float) -> MetricsServer:
+    """Start the /metrics endpoint on a unix socket; whoever may open ``path`` may read."""
+    server = MetricsServer(unix_listener(path, mode), metrics.registry.exposition, CONTENT_TYPE,
+                           refused=_refused_counter(metrics), **limits)  # type: ignore[arg-type]
+    log.info("serving metrics", extra={"address": f"unix://{path}", "path": "/metrics"})
+    return server
+
+
+def _refused_counter(metrics: RelayMetrics) -> Callable[[str], None]:
+    return lambda reason: metrics.metrics_refused.labels(reason).inc()

@@ -7,16 +7,19 @@ most ``max_connections`` are served at once and the rest wait in the kernel's ac
 (``backlog``); each connection has one deadline for reading the request and one for writing the
 answer, so a slow client (slowloris) is dropped, and one answer per connection (Connection: close).
 
-Who may read: loopback peers, peers whose address is the address they connected to (the node
+Who may read over TCP: loopback peers, peers whose address is the address they connected to (the node
 itself and host-network pods), and peers inside the configured CIDRs (``--metrics-allow``).
 Everyone else gets 403 and is counted in ``cri_resmgr_metrics_refused_total{reason="forbidden"}``.
+Over a unix socket (``--metrics-socket``) the socket file's owner, group and mode decide.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -70,13 +73,32 @@ def _response(status: str, body: bytes, content_type: str = "text/plain; charset
     return head if head_only else head + body
 
 
-class MetricsServer:
-    """Serves ``render()`` on GET /metrics at ``host:port`` until ``shutdown()``."""
+def tcp_listener(host: str, port: int, backlog: int = DEFAULT_BACKLOG) -> socket.socket:
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(backlog)
+    return listener
 
-    def __init__(self, host: str, port: int, render: Callable[[], bytes], content_type: str, *,
+
+def unix_listener(path: str, mode: int = 0o660, backlog: int = DEFAULT_BACKLOG) -> socket.socket:
+    """A unix socket at ``path`` (a stale socket file is replaced); its file mode decides who may read."""
+    if os.path.exists(path) and stat.S_ISSOCK(os.lstat(path).st_mode):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, mode)
+    listener.listen(backlog)
+    return listener
+
+
+class MetricsServer:
+    """Serves ``render()`` on GET /metrics on ``listener`` (TCP: peers checked by address; unix: by
+    the socket file's permissions) until ``shutdown()``."""
+
+    def __init__(self, listener: socket.socket, render: Callable[[], bytes], content_type: str, *,
                  allowed: Iterable[IPNetwork] = (), refused: Callable[[str], None] = lambda reason: None,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS, backlog: int = DEFAULT_BACKLOG,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, timeout: float = DEFAULT_TIMEOUT) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
         self.render = render
@@ -84,13 +106,10 @@ class MetricsServer:
         self.allowed = tuple(allowed)
         self.refused = refused
         self.timeout = timeout
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind((host, port))
-        self._listener.listen(backlog)
-        self.server_address = self._listener.getsockname()[:2]
-        self.server_port: int = self.server_address[1]
+        self._listener = listener
+        self._check_peer = listener.family in (socket.AF_INET, socket.AF_INET6)
+        self.server_address = listener.getsockname()
+        self.server_port: int = self.server_address[1] if self._check_peer else 0
         self._stopping = threading.Event()
         self._workers = [threading.Thread(target=self._work, daemon=True, name=f"metrics-{i}")
                          for i in range(max_connections)]
@@ -107,7 +126,7 @@ class MetricsServer:
                 time.sleep(0.1)  # out of descriptors and the like: transient, try again
                 continue
             try:
-                self._handle(conn, peer[0])
+                self._handle(conn, peer)
                 self._linger(conn)
             except Exception:  # noqa: BLE001 - one bad connection never ends a worker
                 log.exception("metrics connection failed")
@@ -126,9 +145,9 @@ class MetricsServer:
         except OSError:
             pass
 
-    def _handle(self, conn: socket.socket, peer: str) -> None:
+    def _handle(self, conn: socket.socket, peer: tuple[str, int] | str) -> None:
         deadline = time.monotonic() + self.timeout
-        if not peer_allowed(peer, conn.getsockname()[0], self.allowed):
+        if self._check_peer and not peer_allowed(peer[0], conn.getsockname()[0], self.allowed):
             self.refused("forbidden")
             self._send(conn, _response("403 Forbidden", b"metrics are readable from this node and the "
                                        b"configured networks only\n"), deadline)
@@ -197,6 +216,12 @@ class MetricsServer:
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the workers blocked in accept()
         except OSError:
             pass
+        path = self.server_address if not self._check_peer else ""
         self._listener.close()
+        if path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         for worker in self._workers:
             worker.join(timeout=self.timeout + 1)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import socket
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from resmgr.relay.metrics import CONTENT_TYPE, RelayMetrics, format_value, parse_address, serve_metrics
+from resmgr.relay.metrics import (
+    CONTENT_TYPE,
+    RelayMetrics,
+    format_value,
+    parse_address,
+    serve_metrics,
+    serve_metrics_socket,
+)
 
 
 def test_metrics_address_parsing():
@@ -81,3 +89,30 @@ def test_metrics_endpoint_serves_relay_metrics():
         server.shutdown()
     assert content_type == CONTENT_TYPE
     assert samples(body)[("cri_resmgr_requests_total", frozenset({"method": "Version", "code": "OK"}.items()))] == 1
+
+
+def test_metrics_on_a_unix_socket(tmp_path):
+    metrics = RelayMetrics()
+    metrics.observe("Version", "OK", 0.0004)
+    path = tmp_path / "metrics.sock"
+    path.write_text("stale")  # a regular file is never replaced
+    with pytest.raises(OSError):
+        serve_metrics_socket(metrics, str(path))
+    path.unlink()
+    server = serve_metrics_socket(metrics, str(path), mode=0o600)
+    try:
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(30)
+            conn.connect(str(path))
+            conn.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+    finally:
+        server.shutdown()
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert samples(body.decode())[("cri_resmgr_requests_total",
+                                   frozenset({"method": "Version", "code": "OK"}.items()))] == 1
+    assert not path.exists()  # removed on shutdown

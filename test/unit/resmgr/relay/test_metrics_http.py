@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from resmgr.relay.metrics_http import MetricsServer, parse_networks, peer_allowed
+from resmgr.relay.metrics_http import MetricsServer, parse_networks, peer_allowed, tcp_listener
 
 
 def request(port: int, raw: bytes = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", timeout: float = 30) -> bytes:
@@ -30,7 +30,7 @@ def serve():
     refused: Counter[str] = Counter()
 
     def start(**kwargs) -> MetricsServer:
-        server = MetricsServer("127.0.0.1", 0, lambda: b"up 1\n", "text/plain; version=0.0.4",
+        server = MetricsServer(tcp_listener("127.0.0.1", 0), lambda: b"up 1\n", "text/plain; version=0.0.4",
                                refused=lambda reason: refused.update([reason]), **kwargs)
         servers.append(server)
         return server
