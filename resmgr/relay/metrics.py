@@ -269,5 +269,24 @@ def serve_metrics_socket(metrics: RelayMetrics, path: str, mode: int = 0o660, **
     return server
 
 
+def start_metrics_servers(metrics: RelayMetrics, address: str, allowed: list[str], socket_path: str) \
+        -> list[MetricsServer]:
+    """The /metrics servers the flags ask for: TCP ``address`` ('' or 'off': none) and ``socket_path``.
+    Metrics are not worth failing kubelet's runtime for: a server that cannot start is logged loudly
+    and the relay goes on without it."""
+    servers = []
+    if address and address != "off":
+        try:
+            servers.append(serve_metrics(metrics, address, allowed))
+        except (OSError, ValueError) as err:
+            log.error("cannot serve metrics on %s: %s; continuing without it", address, err)
+    if socket_path:
+        try:
+            servers.append(serve_metrics_socket(metrics, socket_path))
+        except OSError as err:
+            log.error("cannot serve metrics on unix socket %s: %s; continuing without it", socket_path, err)
+    return servers
+
+
 def _refused_counter(metrics: RelayMetrics) -> Callable[[str], None]:
     return lambda reason: metrics.metrics_refused.labels(reason).inc()

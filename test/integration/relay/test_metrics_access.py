@@ -5,10 +5,14 @@ are answered."""
 from __future__ import annotations
 
 import secrets
+import shutil
 import socket
+import tempfile
+from pathlib import Path
 
 import pytest
 from fixtures.landscape.netns import NetNS
+from integration.relay.relay_process import RelayProcess
 
 from resmgr.relay.metrics import RelayMetrics, serve_metrics
 
@@ -63,3 +67,29 @@ def test_only_the_node_loopback_and_allowed_networks_read_metrics(netns):
         assert refused(metrics) == 2
     finally:
         node_only.shutdown()
+
+
+def test_the_relay_serves_metrics_on_its_unix_socket_and_survives_a_bad_cidr(containerd):
+    """The real program: --metrics-socket serves the same exposition; a bad --metrics-allow costs
+    the TCP endpoint (logged), never the relay."""
+    workdir = Path(tempfile.mkdtemp(prefix="metrics-", dir="/tmp"))
+    path = workdir / "metrics.sock"
+    relay = RelayProcess(workdir, containerd.socket,
+                         args=["--metrics-socket", str(path), "--metrics-allow", "10.0.0.0/33"]).start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(30)
+            conn.connect(str(path))
+            conn.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200 OK")
+        assert b'cri_resmgr_requests_total{code="OK",method="Version"}' in answer
+        assert oct(path.stat().st_mode & 0o777) == "0o660"
+        errors = [e["msg"] for e in relay.log_entries() if e.get("level") == "error"]
+        assert any("invalid metrics CIDR '10.0.0.0/33'" in msg for msg in errors), errors
+    finally:
+        relay.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert not path.exists()
