@@ -26,7 +26,7 @@ from resmgr.policy.registry import available_policies
 from resmgr.relay.dump import Dumper
 from resmgr.relay.hooks import ResourceManagerHook
 from resmgr.relay.memory import fix_mmap_threshold
-from resmgr.relay.metrics import RelayMetrics, serve_metrics
+from resmgr.relay.metrics import RelayMetrics, start_metrics_servers
 from resmgr.relay.server import Relay
 from resmgr.relay.settings import RelaySettings, SettingsError, settings_from_config
 from resmgr.relay.startup import ConfigNotice, StartupError, load_startup_files, without_unfit_files
@@ -176,14 +176,8 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
                           base_level=args.log_level)
     log.info("starting cri-resmgr %s", __version__, extra={"config": source, "policy": settings.policy})
     os.makedirs(args.relay_dir, exist_ok=True)
-    metrics_address = args.metrics_address or settings.metrics_address
-    metrics_server = None
-    if metrics_address and metrics_address != "off":
-        try:
-            metrics_server = serve_metrics(metrics, metrics_address, args.metrics_allow)
-        except (OSError, ValueError) as err:
-            # Metrics are not worth failing kubelet's runtime for; say so loudly and go on.
-            log.error("cannot serve metrics on %s: %s; continuing without /metrics", metrics_address, err)
+    metrics_servers = start_metrics_servers(metrics, args.metrics_address or settings.metrics_address,
+                                            args.metrics_allow, args.metrics_socket)
     hook: ResourceManagerHook = hook_factory(settings) if hook_factory is not None else AdjustingHook(rm)
     relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket,
                   image_socket=args.image_socket, hook=hook, metrics=metrics,
@@ -217,8 +211,8 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
         relay.stop(grace=0)
         return 1
     finally:
-        if metrics_server is not None:
-            metrics_server.shutdown()
+        for server in metrics_servers:
+            server.shutdown()
         if rm is not None:
             rm.close()
     runner.notice.stop()

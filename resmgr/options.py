@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     runtime.add_argument("--metrics-allow", action="append", default=[], metavar="CIDR[,CIDR...]",
                          help="networks whose peers may also read /metrics (repeatable); loopback and "
                               "the node's own address always may, everyone else gets 403")
+    runtime.add_argument("--metrics-socket", default="", metavar="PATH",
+                         help="also serve /metrics on this unix socket (mode 0660): for a forwarder that "
+                              "can be restricted by a NetworkPolicy (default: none)")
     runtime.add_argument("--runtime-wait-timeout", type=_seconds, default=None, metavar="SECONDS",
                          help="give up if the runtime does not answer in time (default: wait forever)")
     runtime.add_argument("--shutdown-grace", type=_seconds, default=5.0, metavar="SECONDS",
