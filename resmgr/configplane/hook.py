@@ -23,8 +23,8 @@ class AdjustingHook:
     def before(self, method: str, request: Message) -> HookResult:
         return self.inner.before(method, request)
 
-    def after(self, method: str, request: Message, response: Message) -> list[ContainerUpdate]:
-        updates = self.inner.after(method, request, response)
+    def after(self, method: str, request: Message, response: Message, *call: object) -> list[ContainerUpdate]:
+        updates = self.inner.after(method, request, response, *call)  # call: before()'s reservation
         # A new container may be in scope; a kubelet resize re-places a container without its override.
         if method in ("StartContainer", "UpdateContainerResources") and self.plane is not None:
             self.plane.refresh_adjustments()
