@@ -15,7 +15,10 @@ spec:
   updateStrategy:
     type: RollingUpdate
     rollingUpdate:
-      maxUnavailable: 1
+      # Install rolls one node at a time: a bad release stops at the first node whose installer is not
+      # ready. Uninstall (disable, or nodes outside the selection) rolls installer.uninstallMaxUnavailable
+      # nodes at once; README "How a node stays safe" has the calculation behind the default.
+      maxUnavailable: {{ if eq .mode "uninstall" }}{{ .root.Values.installer.uninstallMaxUnavailable | default "50%" | toJson }}{{ else }}1{{ end }}
   template:
     metadata:
       labels:
