@@ -172,7 +172,8 @@ def check_config_sections(data: dict[str, str], *, source: str = "") -> CheckedC
                           source=source)
     total = 0
     assembled: dict[str, Any] = {}
-    for key, value in data.items():
+    # In key order: a protobuf map (the Config API) has none, and every component must report alike.
+    for key, value in sorted(data.items(), key=lambda item: str(item[0])):
         if not isinstance(key, str) or not isinstance(value, str):
             raise ConfigError(str(key), "ConfigMap data keys and values must be strings", source=source)
         total += len(key.encode()) + len(value.encode("utf-8", "surrogatepass"))

@@ -1,5 +1,6 @@
-"""Config sources in the real cri-resmgr: --force-config beats the agent and reloads on SIGHUP; the last
-config from the agent survives a restart of cri-resmgr."""
+"""Config sources in the real cri-resmgr: --force-config beats the agent (information, the agent stays Ready)
+and reloads on SIGHUP; the last config from the agent survives a restart of cri-resmgr; a fallback file that
+does not fit the node is set aside and annotated; fields accepted but not applied are annotated as information."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import signal
 import pytest
 from integration.agent.conftest import NAMESPACE, policy_section, put_config_map, wait_for
 
-from resmgr.agent.reporting import CONFIG_ERROR_ANNOTATION
+from resmgr.agent.reporting import CONFIG_ERROR_ANNOTATION, CONFIG_INFO_ANNOTATION, RELAY_CONFIG_ERROR_ANNOTATION
 
 pytestmark = pytest.mark.integration
 
@@ -21,9 +22,13 @@ def test_force_config_disables_the_agent_and_sighup_reloads_it(plane_node):
     cid = node.run_container("forced")
     assert node.containerd.cgroup_cpuset(cid) == "1"
     put_config_map(node.core, DEFAULT, policy_section("1"))
-    error = wait_for(lambda: node.annotations().get(CONFIG_ERROR_ANNOTATION), "config-error annotation")
-    assert "--force-config" in error and DEFAULT in error
-    assert node.probe().returncode == 1
+    # Upstream: force wins. That is information, not an error: the agent stays Ready.
+    info = wait_for(lambda: node.annotations().get(CONFIG_INFO_ANNOTATION), "config-info annotation")
+    assert "force config in effect; dynamic configs not applied" in info and "--force-config" in info
+    assert DEFAULT in info and CONFIG_ERROR_ANNOTATION not in node.annotations()
+    probe = node.probe()
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    assert any(e.reason == "ForceConfigInEffect" and e.type == "Normal" for e in node.events())
     assert node.containerd.cgroup_cpuset(cid) == "1"  # the agent's config was not applied
     node.force.write_text(FORCE.format(1))
     node.resmgr.popen.send_signal(signal.SIGHUP)
@@ -51,3 +56,35 @@ def test_agent_config_survives_a_restart_and_is_delivered_again(plane_node):
     wait_for(lambda: "config from ConfigMap" in node.resmgr.log_path.read_text().split("relay serving")[-1],
              "new cri-resmgr got the config")
     assert node.probe().returncode == 0
+
+
+UNFIT = "policy:\n  Active: static\n  AvailableResources:\n    cpu: cpuset:0-200\n"  # no test node has 201 CPUs
+
+
+def test_unfit_fallback_is_set_aside_and_annotated_until_a_config_works(plane_node):
+    """Issue 16 item 2: the relay runs (policy none) and the node says why, through the agent."""
+    node = plane_node(fallback=UNFIT)
+    note = wait_for(lambda: node.annotations().get(RELAY_CONFIG_ERROR_ANNOTATION), "relay-config-error annotation")
+    assert note.startswith(f"fallback-config {node.fallback} not used: ") and "AvailableResources" in note
+    assert note.endswith("running with the config from defaults")
+    node.run_container("unpinned")  # kubelet's runtime works all along
+    # The relay runs policy none now: a config for none applies at runtime (another policy needs a restart,
+    # or the live policy switch), and then a config works again.
+    put_config_map(node.core, DEFAULT, policy_section("1", active="none"))
+    node.wait_reserved("1")
+    wait_for(lambda: RELAY_CONFIG_ERROR_ANNOTATION not in node.annotations(), "annotation removed")
+    assert node.probe().returncode == 0
+
+
+def test_fields_accepted_but_not_applied_are_information(plane_node):
+    node = plane_node()
+    put_config_map(node.core, DEFAULT, {**policy_section("1"), "dump": "Debug: true\n",
+                                        "instrumentation": "Sampling: production\n"})
+    node.wait_reserved("1")
+    info = wait_for(lambda: node.annotations().get(CONFIG_INFO_ANNOTATION), "config-info annotation")
+    assert info.endswith("accepted, not implemented by this cri-resmgr, ignored: dump.Debug, "
+                         "instrumentation.Sampling")
+    assert CONFIG_ERROR_ANNOTATION not in node.annotations() and node.probe().returncode == 0
+    assert any(e.reason == "ConfigFieldsIgnored" for e in node.events())
+    # cri-resmgr's log says it too, when the config arrives
+    assert "ignored: dump.Debug, instrumentation.Sampling" in node.resmgr.log_path.read_text()

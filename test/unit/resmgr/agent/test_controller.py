@@ -232,7 +232,7 @@ def test_ignored_fields_are_information_and_the_config_is_pushed(env):
     assert env.pusher.pushes == 1 and env.reporter.configs == [(DEFAULT, "")]
     info, applied = env.reporter.infos[-1]
     assert applied and info == ("accepted, not implemented by this cri-resmgr, ignored: "
-                                "policy.balloons.PreferSpreadOnPhysicalCores, dump.Debug")
+                                "dump.Debug, policy.balloons.PreferSpreadOnPhysicalCores")
     assert env.pusher.health("config-status") == ""
     assert "PreferSpreadOnPhysicalCores" not in env.applier.applied[-1][0]["policy"]["balloons"]
 

@@ -118,3 +118,11 @@ def test_typos_and_bad_values_stay_errors(text: str, field: str, words: str) -> 
         check_config_text(text)
     assert info.value.field == field
     assert words in str(info.value)
+
+
+def test_sections_are_reported_in_one_order_whatever_the_map_order() -> None:
+    """The Config API's protobuf map has no order; the agent and cri-resmgr must name ignored fields alike."""
+    data = {"policy": "Active: none\n", "instrumentation": "Sampling: 0.5\n", "dump": "Disabled: true\n"}
+    forward = check_config_sections(data).ignored
+    assert forward == check_config_sections(dict(reversed(data.items()))).ignored
+    assert forward == ["dump.Disabled", "instrumentation.Sampling"]
