@@ -145,8 +145,8 @@ def test_invalid_provider_config_reports_last_error_and_deploys_nothing(seed, op
     assert ex["status"]["lastError"]["codes"] == ["ERR_CONFIGURATION_PROBLEM"]
     assert seed.managed_resource(ns) is None
 
-    # Unknown worker pools are named too.
-    seed.patch_extension(ns, {"spec": {"providerConfig": {"workerPools": ["nope"]}},
+    # A malformed worker pool name is named too (a pool the shoot lacks is only a warning, tested below).
+    seed.patch_extension(ns, {"spec": {"providerConfig": {"workerPools": ["no pe!"]}},
                               "metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}}})
     wait_for(lambda: "workerPools[0]" in ((seed.extension(ns).get("status") or {}).get("lastError") or {}).get(
         "description", ""), "lastError naming the worker pool", operator=operator)
