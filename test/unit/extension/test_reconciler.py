@@ -7,6 +7,7 @@ import pytest
 from unit.extension.fake_api import FakeApis
 from unit.extension.test_actuator import FALLBACK, MRS, NS, make_actuator, mark_healthy, provider_config
 
+from extension import base_configs
 from extension import constants as c
 from extension.errors import RetryLater
 from extension.gardener import status
@@ -153,3 +154,29 @@ def test_cluster_change_triggers_reconciled_extensions_in_ignore_mode(apis: Fake
     r.cluster_changed(cluster)
     assert extension(apis)["metadata"]["annotations"][triggers.CLUSTER_DIGEST_ANNOTATION] != \
         annotations[triggers.RECONCILED_DIGEST_ANNOTATION]
+
+
+def test_base_configs_change_requests_a_reconcile_once_and_never_while_busy(apis: FakeApis) -> None:
+    apis.core.config_maps[("garden", c.CONFIGS_CONFIGMAP_NAME)] = {"fallback": FALLBACK}
+    r = Reconciler(apis, make_actuator(apis, configmap_namespace="garden"),
+                   OperatorSettings(retry_delay_min=1, retry_delay_max=8, base_configs_interval=0.000001))
+    put_extension(apis, provider_config(), annotation=c.OPERATION_RECONCILE)
+    r.change(NS, "cri-resmgr")
+    recorded = extension(apis)["metadata"]["annotations"][base_configs.RECONCILED_ANNOTATION]
+    assert recorded == base_configs.digest({"fallback": FALLBACK})
+    assert r.check_base_configs(extension(apis)) is False  # up to date
+
+    apis.core.config_maps[("garden", c.CONFIGS_CONFIGMAP_NAME)] = {"fallback": FALLBACK, "default": FALLBACK}
+    with r._working(NS, "cri-resmgr"):  # an operation of this process is on it: left alone
+        assert r.check_base_configs(extension(apis)) is False
+    assert c.OPERATION_ANNOTATION not in extension(apis)["metadata"]["annotations"]
+    assert r.check_base_configs(extension(apis)) is True
+    assert extension(apis)["metadata"]["annotations"][c.OPERATION_ANNOTATION] == c.OPERATION_RECONCILE
+    assert r.check_base_configs(extension(apis)) is False  # already pending
+
+    r.change(NS, "cri-resmgr")  # the reconcile it asked for records the new base configs
+    ex = extension(apis)
+    assert ex["metadata"]["annotations"][base_configs.RECONCILED_ANNOTATION] == base_configs.digest(
+        {"fallback": FALLBACK, "default": FALLBACK})
+    assert c.OPERATION_ANNOTATION not in ex["metadata"]["annotations"]
+    assert r.check_base_configs(ex) is False
