@@ -21,7 +21,7 @@ from fixtures.waiting import eventually
 from resmgr.config import validate_config_text
 from resmgr.manager.resource_manager import ResourceManager
 from resmgr.relay.server import Relay
-from resmgr.topology import discover_topology, format_cpuset
+from resmgr.topology import discover_topology, format_cpuset, parse_cpuset
 
 pytestmark = pytest.mark.integration
 
@@ -136,6 +136,26 @@ def test_topology_aware_pins_memory_and_reserves_kube_system(node_factory) -> No
     assert node.cgroups([be]) == {be: ("1", "0")}
     g = node.run("g", "guaranteed")  # the only non-reserved CPU is taken by the shared pool's users
     assert eventually(lambda: node.in_sync([sys_ctr, be, g]))
+
+
+def test_topology_aware_full_node_never_shares_exclusive_cpus(node_factory) -> None:
+    """The 2-CPU node of issue 17: 750m reserved (CPU 0), a Guaranteed pod, then Burstable and
+    BestEffort ones. No container's host cpuset may hold another's exclusive CPU; an unset cpuset
+    would be the whole node."""
+    node = node_factory("policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: 750m\n")
+    g = node.run("g", "guaranteed")
+    bu = node.run("bu", "burstable")
+    be = node.run("be", "besteffort")
+    cids = [g, bu, be]
+    assert eventually(lambda: node.in_sync(cids))
+    host = {cid: parse_cpuset(node.containerd.cgroup_cpuset(cid)) for cid in cids}
+    for owner, cpus in node.rm.policy.exclusive_sets().items():
+        for cid in cids:
+            assert cid == owner or not cpus & host[cid], f"{cid} runs on {owner}'s exclusive CPUs {cpus}"
+    # As upstream, the last shared CPU is not sliced off: all three share CPU 1, off the reserved CPU 0.
+    assert host == {g: {1}, bu: {1}, be: {1}}
+    sys_ctr = node.run("sys", "burstable", namespace="kube-system")
+    assert node.cgroups([sys_ctr]) == {sys_ctr: ("0", "0")}
 
 
 def test_balloons_seed_style_config(node_factory) -> None:
