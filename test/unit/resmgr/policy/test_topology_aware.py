@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
 
+from resmgr.policy.base import RestoreError
 from resmgr.topology import Topology
 
 SHARED = "prefer-shared-cpus.cri-resource-manager.intel.com"
@@ -168,3 +170,16 @@ def test_topology_aware_colocate_namespaces(topologies: dict[str, Topology]) -> 
     assert len({p.grants[f"a{i}"].pool for i in range(6)}) == 1
     assert len({p.grants[f"b{i}"].pool for i in range(6)}) == 1
     assert p.grants["a0"].pool != p.grants["b0"].pool  # the second namespace spread elsewhere
+
+
+def test_topology_aware_refuses_cache_of_shared_grant_without_shared_cpus(topologies: dict[str, Topology]) -> None:
+    """A cache written by the old policy (CPU 1 exclusive, a shared container next to it on nothing)
+    is refused, so the resource manager re-places the containers instead of keeping an empty cpuset."""
+    p = ta(topologies["this-machine"])
+    state = {"grants": {"g": {"pool": "root", "kind": "exclusive", "exclusive": "1", "shared_milli": 0},
+                        "b": {"pool": "root", "kind": "shared", "exclusive": "", "shared_milli": 100}}}
+    with pytest.raises(RestoreError, match="no shared CPU"):
+        p.restore_state(state, {"g": guaranteed("g", 1000), "b": burstable("b", 100)})
+    del state["grants"]["b"]
+    p.restore_state(state, {"g": guaranteed("g", 1000)})  # alone, the exclusive CPU is fine
+    assert p.placement("g")[0] == {1}
