@@ -3,9 +3,11 @@
 Each pool owns the available CPUs under its part of the tree. A container goes
 to the deepest (smallest) pool that fits it, the one with the most free shared
 capacity among equals, which spreads load across NUMA nodes. Guaranteed
-containers get their whole CPUs exclusively (kernel-isolated CPUs first when
-``PreferIsolatedCPUs``), and the fractional rest on the pool's shared CPUs;
-Burstable and BestEffort containers share. ``kube-system`` and
+containers of one CPU or more get whole CPUs exclusively (kernel-isolated ones
+when preferred), plus the pool's shared CPUs for a fraction, by upstream's
+rules in ``_preferences``; everything else shares. Exclusive CPUs are sliced
+off only while every pool on the way up keeps a shared CPU, so a container that
+fits nowhere still has shared CPUs to run on. ``kube-system`` and
 ``ReservedPoolNamespaces`` run on the reserved CPUs. ``PinMemory`` pins memory
 to the pool's NUMA nodes. Preferences can be overridden per pod or container
 with cri-resource-manager's annotations.
