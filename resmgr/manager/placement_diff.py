@@ -66,12 +66,13 @@ def diff_groups(policy: Any, old_state: dict[str, Any], *, skip: str = "",
             cpus, mems = common
             if cpus is not None or mems is not None:
                 c, m = fmt_cpus(cpus), fmt_cpus(mems)
-                updates += [ContainerUpdate(cid, c, m, reason) for cid in members if cid != skip]
+                updates += [ContainerUpdate(cid, c, m, reason) for cid in members
+                            if cid != skip and not cid.startswith(PENDING_PREFIX)]
             continue
         # id(placement) -> (placement, strings); holding the placement keeps its id from being reused.
         memo: dict[int, tuple[Any, tuple[str | None, str | None] | None]] = {}
         for cid in members:
-            if cid == skip:
+            if cid == skip or cid.startswith(PENDING_PREFIX):  # other calls' reservations: not created yet
                 continue
             p = placement(cid)
             hit = memo.get(id(p))

@@ -77,6 +77,9 @@ class Interceptor:
         try:
             if isinstance(placed, ContainerUpdate) and placed.container_id:
                 raw_response = self.order.forward(placed, lambda: forward(outgoing), self._send)
+            elif name == "StartContainer" and request.container_id:  # type: ignore[attr-defined]
+                raw_response = self.order.exclusive(request.container_id,  # type: ignore[attr-defined]
+                                                    lambda: forward(outgoing))
             else:
                 raw_response = forward(outgoing)
         except BaseException:

@@ -9,7 +9,8 @@ given under the resource manager's lock), and here, per container:
 * an update older than one the container already got is dropped: the newest wins;
 * a request the relay forwards that itself sets the container's cpuset (kubelet's
   UpdateContainerResources) takes the same lock; if a newer update had already landed,
-  that one is sent again afterwards, so the forwarded (older) cpuset does not stay.
+  that one is sent again afterwards, so the forwarded (older) cpuset does not stay;
+* StartContainer takes it too: an update that races a start is lost in containerd.
 
 Updates from config changes and Adjustments come through the same path.
 """
@@ -84,6 +85,15 @@ class UpdateOrder:
         if newer is not None:
             self.deliver(newer, send)
         return result
+
+    def exclusive(self, cid: str, call: Callable[[], T]) -> T:
+        """Run ``call`` with no update to ``cid`` going out meanwhile.
+
+        For StartContainer: containerd writes an update to a container that is not running into
+        its spec only, and a start that already read the spec creates the task with the old cpuset.
+        """
+        with self._slot(cid).lock:
+            return call()
 
     def tracked(self) -> int:
         with self._lock:

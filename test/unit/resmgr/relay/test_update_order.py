@@ -70,3 +70,27 @@ def test_the_tracked_containers_are_bounded() -> None:
     for i in range(10):
         order.deliver(ContainerUpdate(f"c{i}", "1", seq=i + 1), lambda u: None)
     assert order.tracked() == 4
+
+
+def test_no_update_goes_out_while_a_container_starts() -> None:
+    """containerd loses an update that races a StartContainer; the update waits for the start instead."""
+    order = UpdateOrder()
+    starting, release = threading.Event(), threading.Event()
+    log: list[str] = []
+
+    def start() -> str:
+        starting.set()
+        assert release.wait(60)
+        log.append("started")
+        return "ok"
+
+    t = threading.Thread(target=order.exclusive, args=("a", start))
+    t.start()
+    assert starting.wait(60)
+    update = threading.Thread(target=order.deliver, args=(ContainerUpdate("a", "1", seq=1),
+                                                          lambda u: log.append("update")))
+    update.start()
+    release.set()
+    t.join()
+    update.join()
+    assert log == ["started", "update"]
