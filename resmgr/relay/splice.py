@@ -696,7 +696,7 @@ class SpliceServer:
     """Accepts client connections on the relay socket and splices each onto a new runtime connection."""
 
     def __init__(self, *, relay_socket: str, runtime_socket: str, interceptor: Interceptor,
-                 metrics: RelayMetrics, dumper: Dumper, intercepted: frozenset[str], max_workers: int = 8,
+                 metrics: RelayMetrics, dumper: Dumper, intercepted: frozenset[str], max_workers: int = 64,
                  connect_timeout: float = 5.0) -> None:
         self.relay_socket = relay_socket
         self.runtime_socket = runtime_socket
@@ -704,6 +704,9 @@ class SpliceServer:
         self.metrics = metrics
         self.dumper = dumper
         self.intercepted = intercepted
+        # An intercepted call keeps its worker until the runtime answers (a StopContainer: its whole grace
+        # period), and calls are no longer serialized: enough workers that parallel pod starts and slow
+        # stops do not queue behind each other (threads are made only when needed).
         self.workers = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="intercept")
         self.connect_timeout = connect_timeout
         self.connections: set[_Connection] = set()
