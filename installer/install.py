@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer import failpoints, go_adoption, node_files, systemd
+from installer import failpoints, go_adoption, node_files, systemd, upgrade
 from installer.cpuset_restore import restore_cpusets
 from installer.cri_check import CriUnavailable, cri_version, normalize_endpoint, wait_cri
 from installer.host import Host, HostCommandError, sha256_bytes, sha256_file
@@ -153,9 +153,13 @@ class NodeInstaller:
         settings = dataclasses.replace(self.settings.unit or node_files.UnitSettings(runtime), runtime_endpoint=runtime)
         changed: list[str] = []
 
-        # 1. The executable, checksum verified, atomic rename.
+        # 1. The executable, checksum verified, atomic rename. A new one replacing a running one must
+        # first serve on a socket of its own (installer.upgrade); the old one is kept for a rollback.
         sha = sha256_file(self.settings.binary)
-        if self.host.file_sha256(node_files.BINARY) != sha:
+        live_sha = self.host.file_sha256(node_files.BINARY)
+        if live_sha is not None and live_sha != sha:
+            self._try_upgrade(journal, sha, runtime)
+        if live_sha != sha:
             journal.set(PENDING_RESMGR_RESTART, True)
         journal.ensure_dir(os.path.dirname(node_files.BINARY))
         if journal.put_file(node_files.BINARY, b"", group=RESMGR, mode=0o755,
@@ -209,7 +213,10 @@ class NodeInstaller:
             version = wait_cri(self.host, node_files.RELAY_ENDPOINT, self.settings.relay_wait_s,
                                give_up=self._relay_unit_gone)
         except CriUnavailable as exc:
+            if journal.get(upgrade.VERIFYING_SHA) == sha:
+                self._roll_back(journal, sha, exc)
             raise InstallError(f"{exc}; kubelet is not pointed at the relay") from exc
+        journal.set(upgrade.VERIFYING_SHA, None)
         log.info("relay answers CRI Version: %s", version, extra={"endpoint": node_files.RELAY_ENDPOINT})
         failpoints.hit("relay-answered")
 
@@ -223,6 +230,46 @@ class NodeInstaller:
                         "kubelet_restarted": kubelet_changed[1]})
         return InstallReport(changed, restarted, kubelet_changed[1], journal.get(KUBELET_LAYOUT, ""),
                              runtime, version)
+
+    def _try_upgrade(self, journal: Journal, sha: str, runtime: str) -> None:
+        """Trial the new executable; keep the live one for a rollback. InstallError if it is not taken."""
+        if journal.get(upgrade.REFUSED_SHA) == sha:
+            raise InstallError(f"cri-resmgr {sha[:12]} did not serve on this node after an earlier upgrade and "
+                               "was rolled back; not trying it again (ship a fixed image). The node keeps "
+                               "its running cri-resmgr")
+        self.host.makedirs(upgrade.UPGRADE_DIR, mode=0o700)
+        self.host.copy_atomic(self.settings.binary, upgrade.STAGED_BINARY, sha)
+        try:
+            upgrade.run_trial(self.host, upgrade.STAGED_BINARY, runtime)
+        except upgrade.UpgradeRefused as exc:
+            raise InstallError(str(exc)) from exc
+        finally:
+            self.host.remove(upgrade.STAGED_BINARY)
+        if upgrade.keep_previous(self.host):
+            journal.set(upgrade.VERIFYING_SHA, sha)
+
+    def _roll_back(self, journal: Journal, sha: str, cause: Exception) -> None:
+        """The upgraded relay does not serve: put the previous executable back and restart it. Always raises."""
+        prev = self.host.file_sha256(upgrade.PREVIOUS_BINARY)
+        journal.set(upgrade.REFUSED_SHA, sha)
+        journal.set(upgrade.VERIFYING_SHA, None)
+        if prev is None:
+            raise InstallError(f"{cause}; the upgraded cri-resmgr does not serve and no previous one is kept")
+        log.error("the upgraded cri-resmgr does not serve (%s); rolling back to the previous one", cause,
+                  extra={"sha256": sha, "previous_sha256": prev})
+        journal.put_file(node_files.BINARY, b"", group=RESMGR, mode=0o755,
+                         source=str(self.host.path(upgrade.PREVIOUS_BINARY)), sha256=prev)
+        systemd.reset_failed(self.host, node_files.UNIT)
+        systemd.restart(self.host, node_files.UNIT)
+        try:
+            version = wait_cri(self.host, node_files.RELAY_ENDPOINT, self.settings.relay_wait_s,
+                               give_up=self._relay_unit_gone)
+        except CriUnavailable as exc:
+            raise InstallError(f"{cause}; the upgraded cri-resmgr does not serve, and after rolling back the "
+                               f"previous one does not either: {exc}") from exc
+        raise InstallError(f"the upgraded cri-resmgr {sha[:12]} does not serve ({cause}); rolled back to the "
+                           f"previous one ({prev[:12]}), which serves again ({version}); this executable is "
+                           "not tried again on this node")
 
     def _relay_unit_gone(self) -> str | None:
         """Why waiting for the relay is pointless (its unit stopped or failed), with its last log lines."""
