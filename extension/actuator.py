@@ -39,6 +39,8 @@ class ActuatorSettings:
     uninstall_timeout: float = 600.0
     poll_interval: float = 5.0
     metrics_port: int = 8891
+    # Admit the shoot's pod network to the relays' /metrics (opt-in: it admits every pod, see the README).
+    metrics_allow_pod_network: bool = False
 
 
 class UninstallTimeout(RetryLater):
@@ -91,7 +93,7 @@ class Actuator:
         values = InstallationValues(
             images=self.images(cluster), mode=mode, static_configs=split.static, dynamic_configs=split.dynamic,
             node_selector=pc.node_selector, worker_pools=pc.worker_pools, metrics_port=self.settings.metrics_port,
-            metrics_allow=(cluster.pods_cidr,) if cluster.pods_cidr else (),
+            metrics_allow=(cluster.pods_cidr,) if self.settings.metrics_allow_pod_network and cluster.pods_cidr else (),
             kubernetes_version=cluster.kubernetes_version or None)
         return Installation(self.apis, namespace, values, helm=self.settings.helm, chart_dir=self.settings.chart_dir,
                             poll_interval=self.settings.poll_interval)
