@@ -125,6 +125,7 @@ def test_extension_chart_renders_and_the_api_accepts_it(tools, seed_api):
     assert "--ignore-operation-annotation" in container["command"]
     assert "--heartbeat-interval=30" in container["command"]
     assert "--base-configs-interval=10" in container["command"]
+    assert "--metrics-allow-pod-network" not in container["command"]  # opt-in: it admits every pod
     # Gardener's seed NetworkPolicies (allow-to-runtime-apiserver, allow-to-dns) select pods by these labels.
     pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
     assert pod_labels["networking.gardener.cloud/to-runtime-apiserver"] == "allowed"

@@ -324,23 +324,41 @@ def test_removed_worker_pool_is_a_warning_not_a_failed_reconcile(seed, operator)
                for e in operator.log_lines())
 
 
-def test_shoot_pod_network_may_read_the_relays_metrics(seed, operator):
+def test_shoot_pod_network_reads_the_relays_metrics_only_when_the_operator_allows_it(
+        seed, seed_api, tools, operator, base_configs_namespace, tmp_path):
     """The shoot Prometheus scrapes through the kube-apiserver proxy, which reaches the nodes from the shoot's
-    pod network (the VPN's shoot side): cri-resmgr's --metrics-allow gets that network, after the user's flags."""
+    pod network (the VPN's shoot side). Admitting that network admits every pod, so only with
+    --metrics-allow-pod-network does cri-resmgr's --metrics-allow get it, after the user's flags."""
+    from extension_operator_process import Operator
+
     from resmgr.config.extra_options import parse_extra_options
 
-    ns = seed.new_namespace(operator.prefix)
-    shoot = default_shoot(ns, workers=["pool-a"])
-    shoot["spec"]["networking"] = {"type": "calico", "pods": "100.96.0.0/11", "nodes": "10.250.0.0/16"}
-    seed.seed_api.create_cluster(ns, shoot=shoot)
-    seed.create_extension(ns, {"configs": {"EXTRA_OPTIONS": "--log-level=debug\n"}})
-    wait_for(lambda: succeeded(seed, ns), "Extension Succeeded", operator=operator)
-    extra = by_kind(seed.rendered_objects(ns), "ConfigMap")["cri-resmgr-installer-config"]["data"]["EXTRA_OPTIONS"]
-    assert parse_extra_options(extra) == ["--log-level=debug", "--metrics-allow=100.96.0.0/11"]
+    def shoot_with_pod_network(prefix):
+        ns = seed.new_namespace(prefix)
+        shoot = default_shoot(ns, workers=["pool-a"])
+        shoot["spec"]["networking"] = {"type": "calico", "pods": "100.96.0.0/11", "nodes": "10.250.0.0/16"}
+        seed.seed_api.create_cluster(ns, shoot=shoot)
+        seed.create_extension(ns, {"configs": {"EXTRA_OPTIONS": "--log-level=debug\n"}})
+        return ns
 
-    # Without a pod network in the Shoot (and without user flags) there is nothing to add.
-    ns2 = new_shoot(seed, operator)
-    seed.create_extension(ns2)
-    wait_for(lambda: succeeded(seed, ns2), "Extension Succeeded", operator=operator)
-    data = by_kind(seed.rendered_objects(ns2), "ConfigMap")["cri-resmgr-installer-config"].get("data") or {}
-    assert "EXTRA_OPTIONS" not in data
+    def extra_options(ns, op):
+        wait_for(lambda: succeeded(seed, ns), "Extension Succeeded", operator=op)
+        cm = by_kind(seed.rendered_objects(ns), "ConfigMap")["cri-resmgr-installer-config"]
+        return parse_extra_options(cm["data"]["EXTRA_OPTIONS"])
+
+    assert extra_options(shoot_with_pod_network(operator.prefix), operator) == ["--log-level=debug"]
+
+    allowing = Operator(seed_api, tools, tmp_path, "tpodnet-*", configmap_namespace=base_configs_namespace,
+                        extra_args=["--metrics-allow-pod-network"]).start()
+    try:
+        assert extra_options(shoot_with_pod_network("tpodnet"), allowing) == [
+            "--log-level=debug", "--metrics-allow=100.96.0.0/11"]
+        # Without a pod network in the Shoot (and without user flags) there is nothing to add.
+        ns = seed.new_namespace("tpodnet")
+        seed.seed_api.create_cluster(ns, shoot=default_shoot(ns))
+        seed.create_extension(ns)
+        wait_for(lambda: succeeded(seed, ns), "Extension Succeeded", operator=allowing)
+        data = by_kind(seed.rendered_objects(ns), "ConfigMap")["cri-resmgr-installer-config"].get("data") or {}
+        assert "EXTRA_OPTIONS" not in data
+    finally:
+        allowing.stop()
