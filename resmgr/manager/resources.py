@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from resmgr.config.constraints import parse_cpu_quantity, parse_memory_quantity
+from resmgr.manager.annotation_budget import RESOURCES_ANNOTATION, within_budget
 
 log = logging.getLogger("resmgr.resources")
 
@@ -55,7 +56,9 @@ class PodInfo:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PodInfo:
-        return cls(**data)
+        pod = cls(**data)
+        pod.labels, pod.annotations = within_budget(pod.labels), within_budget(pod.annotations)
+        return pod
 
 
 @dataclass
@@ -83,7 +86,9 @@ class ContainerInfo:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ContainerInfo:
-        return cls(**data)
+        c = cls(**data)
+        c.annotations, c.pod_annotations = within_budget(c.annotations), within_budget(c.pod_annotations)
+        return c
 
 
 def shares_to_milli(shares: int) -> int:
@@ -120,10 +125,9 @@ def qos_from_resources(request_milli: int, limit_milli: int, memory_limit: int) 
     return QOS_BURSTABLE
 
 
-# cri-resource-manager's webhook puts the pod's real resource requirements here, as JSON:
+# cri-resource-manager's webhook puts the pod's real resource requirements in RESOURCES_ANNOTATION, as JSON:
 # {"containers": {"<name>": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {...}}},
 #  "initContainers": {...}}
-RESOURCES_ANNOTATION = "intel.com/resources"
 
 
 def _cpu_milli(value: Any) -> int:
@@ -190,8 +194,8 @@ def pod_from_sandbox_config(pod_id: str, config: Any) -> PodInfo:
         namespace=meta.namespace or labels.get(POD_NAMESPACE_LABEL, ""),
         uid=meta.uid or labels.get(POD_UID_LABEL, ""),
         cgroup_parent=config.linux.cgroup_parent if config.HasField("linux") else "",
-        labels=labels,
-        annotations=dict(config.annotations),
+        labels=within_budget(labels),
+        annotations=within_budget(config.annotations),
     )
 
 
@@ -199,7 +203,7 @@ def pod_from_listed_sandbox(sandbox: Any) -> PodInfo:
     """A PodInfo from a ListPodSandbox entry (no cgroup parent is listed there)."""
     meta = sandbox.metadata
     return PodInfo(id=sandbox.id, name=meta.name, namespace=meta.namespace, uid=meta.uid,
-                   labels=dict(sandbox.labels), annotations=dict(sandbox.annotations))
+                   labels=within_budget(sandbox.labels), annotations=within_budget(sandbox.annotations))
 
 
 def container_from_create_request(request: Any, pod: PodInfo | None) -> ContainerInfo:
@@ -238,8 +242,8 @@ def container_from_create_request(request: Any, pod: PodInfo | None) -> Containe
         request_milli=request_milli,
         limit_milli=limit_milli,
         memory_limit=memory,
-        annotations=dict(config.annotations),
-        pod_annotations=pod_annotations,
+        annotations=within_budget(config.annotations),
+        pod_annotations=within_budget(pod_annotations),
     )
 
 
@@ -263,7 +267,7 @@ def container_from_listed(container: Any, pod: PodInfo | None, resources: Any = 
         request_milli=request_milli,
         limit_milli=limit_milli,
         memory_limit=memory,
-        annotations=dict(container.annotations),
+        annotations=within_budget(container.annotations),
         pod_annotations=dict(pod.annotations) if pod else {},
     )
 
