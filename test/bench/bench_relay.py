@@ -7,7 +7,7 @@ machine noise hits both alike. The LAST line printed is the summary:
 
     relay: added_p50_ms=<x> added_p99_ms=<y> podstart_ratio=<r> rss_mb=<m> idle_cpu_pct=<c>
            concurrent8_ratio=<a> concurrent32_ratio=<b> max_request_mib=<s> idle_rss_mb=<i>
-           soak_rss_growth_pct=<g>
+           soak_rss_growth_pct=<g> soak_failed_calls=<f>
 
 concurrentN_ratio: wall time of N pod starts at once on one connection (as kubelet's), through
 the relay over direct. max_request_mib: the largest CreateContainer that passes the relay, tried
@@ -16,7 +16,9 @@ in steps up to just under containerd's 16 MiB limit (reported as 16); it runs la
 hundred Version calls, before any container exists. rss_mb: the largest RSS during the relist
 window, with 110 containers. soak_rss_growth_pct: the 32-client mix of test/bench/relay_load.py
 (28 unary callers, 3 event streams, 1 pod churner) runs for a 1-minute warm-up, then for the soak;
-the growth is the soak's largest RSS over the RSS at its start, in percent.
+the growth is the soak's largest RSS over the RSS at its start, in percent. soak_failed_calls: calls
+of the mix that did not get through (UNAVAILABLE, INTERNAL, ...; the runtime's own answers such as
+NOT_FOUND for a container the churner just removed do not count); target 0.
 
 Targets (reported, not asserted): added_p50_ms <= 0.10, podstart_ratio <= 1.02, rss_mb <= 30,
 idle_cpu_pct <= 0.5, concurrentN_ratio <= 1.10, max_request_mib >= 16, soak_rss_growth_pct <= 5.
@@ -265,8 +267,7 @@ def test_bench_relay(containerd):
             mix.stop()
         soak_growth = (peak - first) / first * 100
         print(f"  soak: rss {first:.1f} -> {last:.1f} MB (max {peak:.1f}), growth {soak_growth:.2f}%, "
-              f"{calls} calls ({calls / soak_s:.0f}/s), {len(mix.errors)} errors {mix.errors[:3]}", flush=True)
-        assert not mix.errors, f"calls failed through the relay during the soak: {mix.errors}"
+              f"{calls} calls ({calls / soak_s:.0f}/s), {mix.failures} failed {mix.errors[:3]}", flush=True)
 
         # Last: 16 MiB requests leave big buffers behind, which must not count in the RSS figures.
         max_mib = max_request_mib(via, containerd.busybox_image)
@@ -283,7 +284,7 @@ def test_bench_relay(containerd):
         line = (f"relay: added_p50_ms={added_p50:.3f} added_p99_ms={added_p99:.3f} "
                 f"podstart_ratio={podstart_ratio:.3f} rss_mb={rss:.1f} idle_cpu_pct={idle_cpu_pct:.2f} "
                 f"concurrent8_ratio={conc8:.3f} concurrent32_ratio={conc32:.3f} max_request_mib={max_mib:g} "
-                f"idle_rss_mb={idle_rss:.1f} soak_rss_growth_pct={soak_growth:.2f}")
+                f"idle_rss_mb={idle_rss:.1f} soak_rss_growth_pct={soak_growth:.2f} soak_failed_calls={mix.failures}")
         print(line, flush=True)
         # pytest prints its own summary after the test; repeat the line at exit so it is the LAST line.
         atexit.register(print, line, flush=True)
