@@ -112,6 +112,7 @@ class ResourceManager:
         self._seq = count()
         self._decisions = count(1)  # numbers every decision's updates (ContainerUpdate.seq)
         self._mutations = 0  # bumped whenever policy state changes: tells whether an undo can be exact
+        self._resync_wanted = False
         data = self.cache.load()
         if data.config is not None:
             try:  # the cache is a file on disk: trust nothing in it
@@ -239,6 +240,7 @@ class ResourceManager:
     # record back as the HookResult's ``call``; ``after`` confirms it, ``failed`` gives it back.
     def before(self, method: str, request: Message) -> HookResult:
         with self._lock:
+            self._notice_bypass(method, request)
             if method == "CreateContainer":
                 result = self._before_create(request)
             elif method == "UpdateContainerResources":
@@ -264,6 +266,34 @@ class ResourceManager:
                 resize = self._resize_record(call, request)
                 return self._number(self._undo_refused_resize(resize) if resize is not None else [])
             return []
+
+    # -- resync after a bypass ------------------------------------------------------------------------
+    # While the installer bypasses the relay, kubelet creates and removes containers on the runtime
+    # directly. A call about a container or pod the resource manager never saw shows that happened
+    # (StartContainer is left out: with the splice transport it may overtake its own create's ``after``).
+    _UNKNOWN_CONTAINER_CALLS = frozenset({"StopContainer", "RemoveContainer", "UpdateContainerResources"})
+    _UNKNOWN_POD_CALLS = frozenset({"StopPodSandbox", "RemovePodSandbox"})
+
+    def _notice_bypass(self, method: str, request: Message) -> None:
+        if method in self._UNKNOWN_CONTAINER_CALLS:
+            unknown = request.container_id not in self.containers
+        elif method in self._UNKNOWN_POD_CALLS:
+            unknown = request.pod_sandbox_id not in self.pods
+        else:
+            return
+        if unknown and not self._resync_wanted:
+            log.info("%s for a %s the resource manager never saw: resyncing with the runtime", method,
+                     "container" if method in self._UNKNOWN_CONTAINER_CALLS else "pod")
+            self._resync_wanted = True
+
+    def resync_wanted(self) -> bool:
+        return self._resync_wanted
+
+    def begin_resync(self) -> tuple[frozenset[str], frozenset[str]]:
+        """Before listing the runtime: what is known now (a resync forgets only that; later creates stay)."""
+        with self._lock:
+            self._resync_wanted = False
+            return frozenset(self.pods), frozenset(self.containers)
 
     def _number(self, updates: list[ContainerUpdate], *also: ContainerUpdate | None) -> list[ContainerUpdate]:
         """Give this decision's updates the next decision number, so that newer ones win (resmgr.relay.update_order)."""
@@ -354,6 +384,8 @@ class ResourceManager:
             self.policy.allocate(cid, container)
             self.save()
             return diff_groups(self.policy, old, skip=cid, reason="container adopted")
+        if cid in self.policy.containers:  # a resync adopted it meanwhile; the reservation knows its real resources
+            self.policy.release(cid)
         self.policy.rename(record.key, cid)
         container = self.policy.containers[cid]
         container.id = cid
@@ -556,8 +588,8 @@ class ResourceManager:
         return diff_placements(old, policy.placements(), reason="config changed")
 
     # -- restart reconciliation -----------------------------------------------------------------------
-    def sync_with_runtime(self, pods: list[Any], containers: list[Any],
-                          resources: dict[str, Any] | None = None) -> list[ContainerUpdate]:
+    def sync_with_runtime(self, pods: list[Any], containers: list[Any], resources: dict[str, Any] | None = None,
+                          since: tuple[frozenset[str], frozenset[str]] | None = None) -> list[ContainerUpdate]:
         """Reconcile with what the runtime lists after a (re)start.
 
         ``pods``/``containers`` are CRI ``PodSandbox``/``Container`` messages;
@@ -568,19 +600,22 @@ class ResourceManager:
         bring the runtime in line with the policy: without ``resources`` the
         runtime's cpusets are unknown (a crash may have cut an operation short), so
         every placed container gets one; updates are idempotent.
+
+        ``since`` (from ``begin_resync``, for a resync while calls go on) limits what is dropped to
+        the pods and containers known before the listing was taken.
         """
         known = resources is not None
         resources = resources or {}
         with self._lock:
             old = self.policy.placements()
             listed_pods = {p.id: p for p in pods}
-            for pid in [pid for pid in self.pods if pid not in listed_pods]:
+            for pid in [pid for pid in self.pods if pid not in listed_pods and (since is None or pid in since[0])]:
                 del self.pods[pid]
             for pid, p in listed_pods.items():
                 if pid not in self.pods:
                     self.pods[pid] = pod_from_listed_sandbox(p)
             listed = {c.id: c for c in containers}
-            gone = [cid for cid in self.containers if cid not in listed]
+            gone = [cid for cid in self.containers if cid not in listed and (since is None or cid in since[1])]
             exited = [cid for cid, c in listed.items() if c.state == CONTAINER_EXITED]
             for cid in gone:
                 self.policy.release(cid)

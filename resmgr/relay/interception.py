@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 
 # Sends an encoded UpdateContainerResourcesRequest to the runtime; raises on failure.
 UpdateSender = Callable[[bytes], object]
+# Lists the runtime's pods and containers (CRI PodSandbox and Container messages).
+RuntimeLister = Callable[[], tuple[list[Any], list[Any]]]
 
 
 class Interceptor:
@@ -35,8 +38,11 @@ class Interceptor:
     (room is made before a container is created on it) and before its answer is returned.
     """
 
-    def __init__(self, hook: ResourceManagerHook, metrics: RelayMetrics, send_update: UpdateSender) -> None:
+    def __init__(self, hook: ResourceManagerHook, metrics: RelayMetrics, send_update: UpdateSender,
+                 list_runtime: RuntimeLister | None = None) -> None:
         self.hook = hook
+        self.list_runtime = list_runtime
+        self._resyncing = threading.Lock()
         self.metrics = metrics
         self.send_update = send_update
         self.order = UpdateOrder()
@@ -93,7 +99,26 @@ class Interceptor:
         updates = self._call_hook(name, "after", self.hook.after, name, request, response, *extra)
         if updates:
             self.apply_updates(updates, name)
+        self._resync_if_wanted()
         return raw_response
+
+    def _resync_if_wanted(self) -> None:
+        """The hook saw calls about things it never knew (kubelet bypassed the relay): sync with the runtime."""
+        wanted = getattr(self.hook, "resync_wanted", None)
+        if self.list_runtime is None or not callable(wanted) or not wanted():
+            return
+        if not self._resyncing.acquire(blocking=False):
+            return  # one resync at a time; the one running covers this call
+        try:
+            since = self.hook.begin_resync()  # type: ignore[attr-defined]
+            pods, containers = self.list_runtime()
+            updates = self.hook.sync_with_runtime(pods, containers, since=since)  # type: ignore[attr-defined]
+            self.apply_updates(updates, "resync")
+        except Exception:
+            log.exception("resync with the runtime failed; the next unknown container tries again")
+            self.metrics.policy_error("resync", "resync")
+        finally:
+            self._resyncing.release()
 
     def _failed(self, name: str, request: object, call: object) -> None:
         failed = getattr(self.hook, "failed", None)

@@ -250,3 +250,22 @@ def test_tampered_cache_is_not_trusted(topologies: dict[str, Topology], tmp_path
                          cache_fsync=False)
     assert rm.policy.name == "static" and rm.config_source == "fallback-config"
     assert "bogus" not in rm.containers
+
+
+def test_a_call_about_an_unknown_container_asks_for_a_resync_that_spares_later_creates(
+        topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, STATIC)
+    known = d.create(d.run_pod("known", qos="guaranteed"), "c", 2000)
+    assert not d.rm.resync_wanted()
+    d.rm.before("StopContainer", api_pb2.StopContainerRequest(container_id="made-during-bypass"))
+    assert d.rm.resync_wanted()
+    since = d.rm.begin_resync()
+    pods, containers = d.runtime.listing()  # the listing is taken ...
+    late = d.create(d.run_pod("late", qos="guaranteed"), "c", 2000)  # ... and a create completes meanwhile
+    bypass = api_pb2.Container(id="made-during-bypass", pod_sandbox_id="pod-known",
+                               metadata=api_pb2.ContainerMetadata(name="b"), state=api_pb2.CONTAINER_RUNNING)
+    gone = [c for c in containers if c.id != known]  # and the known one was removed during the bypass
+    d.rm.sync_with_runtime(pods, [*gone, bypass], since=since)
+    assert late in d.rm.policy.grants, "a container created after the listing was dropped"
+    assert known not in d.rm.containers and "made-during-bypass" in d.rm.policy.containers
+    assert not d.rm.resync_wanted()
