@@ -71,7 +71,7 @@ class Relay:
         self.runtime = UnaryClient(endpoint_path(runtime_socket))
         self.image = self.runtime if self.image_socket == runtime_socket else UnaryClient(
             endpoint_path(self.image_socket))
-        self.interceptor = Interceptor(self.hook, self.metrics, self._send_update)
+        self.interceptor = Interceptor(self.hook, self.metrics, self._send_update, list_runtime=self._list_runtime)
         self.snapshot: RuntimeSnapshot | None = None
         self.stopping = threading.Event()
         self._transport: SpliceServer | GrpcTransport | None = None
@@ -154,6 +154,11 @@ class Relay:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.stopping.wait(timeout)
+
+    def _list_runtime(self) -> tuple[list, list]:
+        """The runtime's pods and containers now (for a resync after kubelet bypassed the relay)."""
+        snapshot = sync_from_runtime(self.runtime)
+        return snapshot.pods, snapshot.containers
 
     def _send_update(self, request: bytes) -> object:
         return self.runtime.call(f"/{RUNTIME_SERVICE}/UpdateContainerResources", request, bytes, timeout=30)
