@@ -105,6 +105,7 @@ class ResourceManager:
         self.sysfs_root = sysfs_root
         self.cache = Cache(relay_dir, fsync=cache_fsync, background=background_save)
         self.forced = force_config is not None
+        self.disable_policy_switch = disable_policy_switch
         self._lock = threading.RLock()
         # Reservations waiting for the runtime's answer: pending creates by key, resizes by id().
         self._creates: dict[str, PendingCreate] = {}
@@ -546,7 +547,8 @@ class ResourceManager:
         """Apply a new (already schema-validated) config at runtime.
 
         Raises ConfigError naming the field if it is rejected; the previous config
-        stays active. Switching the policy at runtime is rejected for now.
+        stays active. Another policy is switched to live (every container re-placed, the
+        result persisted), unless ``--disable-policy-switch`` was given: then it is refused.
         """
         with self._lock:
             if self.forced:
@@ -556,17 +558,37 @@ class ResourceManager:
 
     def _apply(self, config: dict[str, Any], source: str) -> list[ContainerUpdate]:
         wanted = active_policy_name(config)
-        if wanted != self.policy.name:
+        switching = wanted != self.policy.name
+        if switching and self.disable_policy_switch:
             raise ConfigError("policy.Active",
-                              f"switching the active policy from {self.policy.name!r} to {wanted!r} at runtime "
-                              f"is not supported yet; restart cri-resmgr with the new config (policy data is "
-                              f"re-created at startup unless --disable-policy-switch is set)", source=source)
+                              f"switching the active policy from {self.policy.name!r} to {wanted!r} is disabled "
+                              f"(--disable-policy-switch); {self.policy.name!r} stays active", source=source)
         try:
             policy = create_policy(config, self.topology, sysfs_root=self.sysfs_root)
         except ConfigError as exc:
             raise exc.with_source(source) from None
         old = self.policy.placements()
         live = dict(self.policy.containers)
+        if switching:
+            # A live switch: every container (pending reservations too) is placed again by the new
+            # policy; the diff below moves their cgroups through the ordered update path.
+            log.info("switching policy from %s to %s at runtime: re-placing %d containers", self.policy.name,
+                     wanted, len(live))
+            for cid, c in live.items():
+                policy.allocate(cid, c)
+        else:
+            self._carry_over(policy, live)
+        self.policy = policy
+        self._mutations += 1
+        self.config, self.config_source = config, source
+        if not self.forced:
+            self._cached_config = (config, source)
+        self.save()
+        log.info("applied config from %s (policy %s)", source, policy.name)
+        return diff_placements(old, policy.placements(), reason="config changed")
+
+    def _carry_over(self, policy: Policy, live: dict[str, ContainerInfo]) -> None:
+        """Same policy, new config: keep the allocations that still fit, re-allocate if they do not."""
         try:
             policy.restore_state(self.policy.export_state(), live)
             for cid, c in live.items():
@@ -578,14 +600,6 @@ class ResourceManager:
             policy.grants.clear()
             for cid, c in live.items():
                 policy.allocate(cid, c)
-        self.policy = policy
-        self._mutations += 1
-        self.config, self.config_source = config, source
-        if not self.forced:
-            self._cached_config = (config, source)
-        self.save()
-        log.info("applied config from %s (policy %s)", source, policy.name)
-        return diff_placements(old, policy.placements(), reason="config changed")
 
     # -- restart reconciliation -----------------------------------------------------------------------
     def sync_with_runtime(self, pods: list[Any], containers: list[Any], resources: dict[str, Any] | None = None,

@@ -64,12 +64,35 @@ def test_config_through_the_plane(setup):
     assert plane.set_config("", ok, "ConfigMap kube-system/cri-resmgr-config.default") == ""
     assert applied == ["ConfigMap kube-system/cri-resmgr-config.default"]
     assert driver.rm.config["policy"]["ReservedResources"] == {"cpu": "cpuset:3"}
-    error = plane.set_config("", {"policy": "Active: topology-aware\n"}, "switch")
-    assert "switching the active policy" in error and "policy.Active" in error
-    assert driver.rm.policy.name == "static" and applied == ["ConfigMap kube-system/cri-resmgr-config.default"]
     error = plane.set_config("", {"policy": "Active: static\nReservedResources:\n  cpu: cpuset:9\n"}, "bad cpus")
     assert "policy.ReservedResources.cpu" in error and "outside the available CPUs" in error
     assert driver.rm.config["policy"]["ReservedResources"] == {"cpu": "cpuset:3"}
+
+
+def test_another_policy_is_switched_to_live_and_persisted(setup):
+    driver, applier, sent, _ = setup
+    plane = ConfigPlane(applier)
+    guaranteed = driver.create(driver.run_pod("g", qos="guaranteed"), "c", 1000)
+    shared = driver.create(driver.run_pod("be"), "c")
+    assert driver.runtime.cpusets[guaranteed][0] != driver.runtime.cpusets[shared][0]
+    assert plane.set_config("", {"policy": "Active: none\n"}, "switch to none") == ""
+    assert plane.set_config("", {"policy": "Active: balloons\nReservedResources:\n  cpu: cpuset:0\n"
+                                           "balloons:\n  BalloonTypes:\n    - Name: all\n      Namespaces: ['*']\n"
+                                           "      MinCPUs: 3\n"}, "switch") == ""
+    assert driver.rm.policy.name == "balloons"
+    # Every container was re-placed, and the runtime holds the new placements (sent as updates).
+    assert driver.runtime_view() == driver.rm.placements()
+    assert driver.runtime.cpusets[guaranteed][0] == driver.runtime.cpusets[shared][0] == "1-3"
+    assert driver.restart() == [] and driver.rm.policy.name == "balloons"  # persisted
+
+
+def test_disable_policy_switch_keeps_the_refusal(setup, tmp_path):
+    driver, _, _, _ = setup
+    driver.rm = driver.new_rm(disable_policy_switch=True)
+    applier = ResourceManagerApplier(driver.rm, lambda updates, reason: None)
+    error = ConfigPlane(applier).set_config("", {"policy": "Active: topology-aware\n"}, "switch")
+    assert "policy.Active" in error and "--disable-policy-switch" in error
+    assert driver.rm.policy.name == "static"
 
 
 def test_override_survives_a_kubelet_resize(setup):
