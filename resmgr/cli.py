@@ -25,7 +25,6 @@ from resmgr.options import build_parser
 from resmgr.policy.registry import available_policies
 from resmgr.relay.dump import Dumper
 from resmgr.relay.hooks import ResourceManagerHook
-from resmgr.relay.memory import fix_mmap_threshold
 from resmgr.relay.metrics import RelayMetrics, start_metrics_servers
 from resmgr.relay.server import Relay
 from resmgr.relay.settings import RelaySettings, SettingsError, settings_from_config
@@ -151,7 +150,6 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     if args.reset_policy or args.reset_config:
         return _reset_state(args)
     rm: ResourceManager | None = None
-    fix_mmap_threshold()  # before the first connection: keeps RSS flat under load (resmgr/relay/memory.py)
     metrics = RelayMetrics()
     try:
         # The files are read once, here, and checked first: a bad file is reported with its path before
