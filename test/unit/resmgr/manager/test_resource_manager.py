@@ -118,7 +118,8 @@ def test_bad_config_rejected_previous_kept(topologies: dict[str, Topology], tmp_
     bad = [
         ("policy:\n  Active: static\n  AvailableResources:\n    cpu: cpuset:0-500\n", "policy.AvailableResources.cpu"),
         ("policy:\n  Active: static\n  ReservedResources:\n    cpu: 200\n", "policy.ReservedResources.cpu"),
-        ("policy:\n  Active: balloons\n", "policy.Active"),  # a runtime policy switch
+        # Another policy that does not fit the node is refused like any bad config (switching: test_rm_applier).
+        ("policy:\n  Active: balloons\n  ReservedResources:\n    cpu: cpuset:0-500\n", "policy.ReservedResources.cpu"),
     ]
     for text, field in bad:
         with pytest.raises(ConfigError) as info:
