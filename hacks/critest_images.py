@@ -8,7 +8,12 @@ busybox-static (Debian package busybox-static): push the archive into a local re
 (hacks/registry.py push) and point containerd's certs.d at it (hacks/registry.py hosts).
 
 What each image holds is what critest checks in it (cri-tools images/*/Dockerfile and images/build):
-  registry.k8s.io/e2e-test-images/busybox:1.29-2         busybox; the default container image
+  registry.k8s.io/e2e-test-images/busybox:1.29-2         busybox; the default container image. As in
+      the upstream image, applets are hard links to /bin/busybox (MaskedPaths masks /bin/ls alone);
+      Debian's busybox-static lacks pgrep and ipcs, which critest runs: procps' and util-linux's
+      binaries (with their libraries) are copied from this machine
+  registry.k8s.io/e2e-test-images/nonewprivs:1.3          a setuid-root program printing "Effective uid: N"
+      (compiled here with gcc -static), as the upstream image's
   gcr.io/k8s-staging-cri-tools/test-image-user-*          USER 1002 / www-data / 1003:1004 / www-data:1004
   gcr.io/k8s-staging-cri-tools/test-image-predefined-group  default-user (uid 1000) in group 50000, USER 1000
   gcr.io/k8s-staging-cri-tools/test-image-{latest,tag,1,2,3}  distinct images (a marker file each)
@@ -16,8 +21,8 @@ What each image holds is what critest checks in it (cri-tools images/*/Dockerfil
   registry.k8s.io/e2e-test-images/nginx:1.14-2, gcr.io/k8s-staging-cri-tools/hostnet-nginx-amd64,
   registry.k8s.io/e2e-test-images/httpd:2.4.39-4          STAND-INS for nginx and httpd: busybox httpd
       serves the page (port 80, 12003 for hostnet-nginx); the nginx stand-in's own process is named
-      nginx and writes /var/run/nginx.pid, the httpd stand-in logs a line naming httpd, which is what
-      critest looks at. They are not nginx or Apache.
+      nginx, shows "master process" in its command line and writes /var/run/nginx.pid, the httpd
+      stand-in logs a line naming httpd: what critest looks at. They are not nginx or Apache.
 Not built: gcr.io/k8s-staging-cri-tools/test-image-digest@sha256:9700f9a2... (a digest names the
 upstream manifest's exact bytes; no local build can have it), so critest's "image with digest" spec
 still fails on its pull.
@@ -30,16 +35,20 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
+import io
 import os
+import shutil
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
 HACKS = Path(__file__).resolve().parent
 sys.path.insert(0, str(HACKS))
 
-from docker_archive import Image, Layer, write_docker_archive  # noqa: E402
+from docker_archive import Image, Layer, add_entry, write_docker_archive  # noqa: E402
 
 E2E = "registry.k8s.io/e2e-test-images/"
 STAGING = "gcr.io/k8s-staging-cri-tools/"
@@ -55,7 +64,9 @@ GROUP = (b"root:x:0:\ndaemon:x:1:\nbin:x:2:\nsys:x:3:\nadm:x:4:\ntty:x:5:\ndisk:
 
 NGINX_STAND_IN = """#!/bin/sh
 # STAND-IN for nginx (critest's web server image): busybox httpd serves the page. This script's own
-# process is named nginx (pidof nginx finds it) and writes /var/run/nginx.pid, as nginx's master does.
+# process is named nginx (pidof nginx finds it), carries nginx's "master process" title in its
+# command line (critest greps /proc/1/cmdline for it) and writes /var/run/nginx.pid, as nginx does.
+[ "$1" = "master process" ] || exec "$0" "master process" "$@"
 echo $$ > /var/run/nginx.pid
 httpd -f -p {port} -h /usr/share/nginx/html & child=$!
 trap 'kill $child; exit 0' TERM INT QUIT
@@ -69,11 +80,63 @@ exec httpd -f -p 80 -h /usr/local/apache2/htdocs
 INDEX = b"<html><body><h1>Welcome to the critest web server stand-in</h1></body></html>\n"
 
 
-def _make_test_images():
-    spec = importlib.util.spec_from_file_location("make_test_images", HACKS / "make-test-images.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+HOST_BINARIES = ("/usr/bin/pgrep", "/usr/bin/ipcs")  # what critest runs that busybox-static lacks
+NNP_SOURCE = b"""#include <stdio.h>
+#include <unistd.h>
+int main(void) { printf("Effective uid: %d\\n", (int)geteuid()); return 0; }
+"""
+
+
+def busybox_layer(busybox: str) -> bytes:
+    """busybox in /bin with every applet a hard link to it (the upstream image's layout)."""
+    applets = subprocess.run([busybox, "--list"], check=True, capture_output=True, text=True).stdout.split()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for d in ("bin", "dev", "etc", "home", "proc", "root", "sys", "tmp", "usr", "usr/bin", "usr/sbin", "var",
+                  "var/run", "sbin"):
+            add_entry(tar, d, kind=tarfile.DIRTYPE, mode=0o1777 if d == "tmp" else 0o755)
+        add_entry(tar, "bin/busybox", data=Path(busybox).read_bytes(), mode=0o755)
+        for applet in sorted(set(applets) - {"busybox"}):
+            add_entry(tar, f"bin/{applet}", kind=tarfile.LNKTYPE, link="bin/busybox", mode=0o755)
+        add_entry(tar, "etc/passwd", data=PASSWD, mode=0o644)
+        add_entry(tar, "etc/group", data=GROUP, mode=0o644)
+    return buf.getvalue()
+
+
+def shared_libraries(binary: str) -> list[str]:
+    """The libraries (and loader) ``binary`` loads, as ldd resolves them on this machine."""
+    out = subprocess.run(["ldd", binary], check=True, capture_output=True, text=True).stdout
+    libs = []
+    for line in out.splitlines():
+        path = line.split("=>")[-1].strip().split(" (")[0].strip()
+        if path.startswith("/"):
+            libs.append(path)
+    return libs
+
+
+def host_binaries_layer(binaries: tuple[str, ...] = HOST_BINARIES) -> bytes:
+    layer = Layer()
+    for b in binaries:
+        for path in [b, *shared_libraries(b)]:
+            layer.host_path(path)
+    return layer.close()
+
+
+def nonewprivs_layer() -> bytes:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise SystemExit("gcc not found: the nonewprivs image's program is compiled here (apt: gcc, libc6-dev)")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp, "nnp.c"), Path(tmp, "nnp")
+        src.write_bytes(NNP_SOURCE)
+        subprocess.run([cc, "-static", "-O2", "-o", str(exe), str(src)], check=True, capture_output=True)
+        data = exe.read_bytes()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for d in ("usr", "usr/local", "usr/local/bin"):
+            add_entry(tar, d, kind=tarfile.DIRTYPE)
+        add_entry(tar, "usr/local/bin/nnp", data=data, mode=0o4755)  # setuid root: what NoNewPrivs must stop
+    return buf.getvalue()
 
 
 def _layer(files: dict[str, tuple[bytes, int]], dirs: tuple[str, ...] = ()) -> bytes:
@@ -87,8 +150,7 @@ def _layer(files: dict[str, tuple[bytes, int]], dirs: tuple[str, ...] = ()) -> b
 
 def images(busybox: str) -> list[Image]:
     """Every critest image, layered on the test images' busybox layer plus busybox's users."""
-    base = [_make_test_images().build_layer(busybox), _layer({"etc/passwd": (PASSWD, 0o644),
-                                                              "etc/group": (GROUP, 0o644)})]
+    base = [busybox_layer(busybox)]
     by = "hacks/critest_images.py"
 
     def img(tags: list[str], extra: list[bytes] = (), **kw) -> Image:  # type: ignore[assignment]
@@ -107,7 +169,8 @@ def images(busybox: str) -> list[Image]:
                          "etc/group": (GROUP + b"default-user:x:1000:\ngroup-defined-in-image:x:50000:default-user\n",
                                        0o644)}, dirs=("home/default-user",))
     out = [
-        img([f"{E2E}busybox:1.29-2"]),
+        img([f"{E2E}busybox:1.29-2"], [host_binaries_layer()]),
+        img([f"{E2E}nonewprivs:1.3"], [nonewprivs_layer()], entrypoint=["/usr/local/bin/nnp"], cmd=None),
         img([f"{E2E}nginx:1.14-2"], [web(80)], cmd=["nginx", "-g", "daemon off;"]),
         img([f"{STAGING}hostnet-nginx-amd64:latest"], [web(12003)], cmd=["nginx", "-g", "daemon off;"]),
         img([f"{E2E}httpd:2.4.39-4"], [_layer({"usr/local/bin/httpd-foreground": (HTTPD_STAND_IN.encode(), 0o755),
@@ -133,8 +196,11 @@ def cache_dir() -> Path:
 
 def input_key(busybox: str) -> str:
     h = hashlib.sha256()
-    for path in (Path(__file__), HACKS / "make-test-images.py", HACKS / "docker_archive.py", Path(busybox)):
+    inputs = [Path(__file__), HACKS / "docker_archive.py", Path(busybox)]
+    inputs += [Path(p) for b in HOST_BINARIES for p in [b, *shared_libraries(b)]]
+    for path in inputs:
         h.update(path.read_bytes())
+    h.update((shutil.which("gcc") or "").encode())
     return h.hexdigest()[:16]
 
 

@@ -1,20 +1,102 @@
-"""critest (the CRI validation suite) passes and fails exactly the same specs directly and through the relay."""
+"""critest (the CRI validation suite) passes and fails exactly the same specs directly and through the relay.
+
+critest pulls its test images by fixed upstream names. A local docker-registry (hacks/registry.py) on
+loopback holds them, built by hacks/critest_images.py, and the containerd under test resolves every
+upstream name to it (certs.d hosts.toml), so the specs run instead of failing on their pulls.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
+import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 
+import pytest
+from fixtures.containerd import Containerd
+from fixtures.landscape.netns import NetNS
+from fixtures.procs import free_port
+from fixtures.tools import Tools
 from integration.relay.relay_process import RelayProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
+REPO = Path(__file__).resolve().parents[3]
+
+
+def load_hack(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / "hacks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+@contextlib.contextmanager
+def critest_runtime(tools: Tools, tar: Path, workdir: Path) -> Iterator[Containerd]:
+    """A containerd that pulls critest's images from a local registry holding them.
+
+    All of it (registry, containerd, its pods' bridge, critest's host ports 12000-12002) lives in a
+    network namespace of its own with only loopback, entered by the calling thread: concurrent runs
+    cannot answer each other's HTTP checks, and no pull can leave the machine. The registry's storage
+    is cached next to the image archive (same input hash): a warm run only checks the references."""
+    registry = load_hack("registry")
+    netns = NetNS(f"crl-critest-{secrets.token_hex(3)}")
+    netns.create([])
+    try:
+        with netns.entered():
+            reg = registry.start(workdir / "registry", f"127.0.0.1:{free_port()}",
+                                 storage=tar.with_suffix(".registry"))
+            ctrd = Containerd(tools, workdir / "containerd", registry_config_path=workdir / "certs.d",
+                              pod_gateway=True)
+            try:
+                refs = registry.archive_tags(tar)
+                try:
+                    registry.verify(reg.address, refs)
+                except registry.RegistryError:
+                    registry.push(tar, reg.address)
+                    registry.verify(reg.address, refs)
+                registry.write_hosts_toml(workdir / "certs.d", reg.address)
+                ctrd.start()
+                yield ctrd
+            finally:
+                ctrd.stop()
+                assert registry.stop(workdir / "registry")
+    finally:
+        netns.delete()
+
+
+def critest_side(tools: Tools, tar: Path, workdir: Path, name: str) -> dict[str, str]:
+    """critest against its own containerd, directly (``name`` "direct") or through the relay with the
+    transport ``name``."""
+    with critest_runtime(tools, tar, workdir / f"{name}-runtime") as ctrd:
+        if name == "direct":
+            return run_critest(tools.critest, ctrd.endpoint, workdir, name)
+        relay = RelayProcess(workdir / name, ctrd.socket, args=["--transport", name]).start()
+        try:
+            return run_critest(tools.critest, relay.endpoint, workdir, name)
+        finally:
+            relay.stop()
+
+
+# A spec whose result is not a function of the runtime and the transport, left out of the comparison:
+# on containerd 1.6.20 "execSync with timeout" finds the timed-out `sleep` still listed by the next
+# ExecSync in 9 of 9 isolated runs (directly, splice and grpc alike), yet passed once through grpc in a
+# run under heavy load: a race, which would make the comparison non-deterministic.
+NOT_COMPARED = "runtime should support execSync with timeout"
 
 
 def run_critest(critest: str, endpoint: str, workdir: Path, name: str) -> dict[str, str]:
     report = workdir / f"{name}.json"
     r = subprocess.run([critest, "--runtime-endpoint", endpoint, "--image-endpoint", endpoint,
-                        f"--ginkgo.json-report={report}", "--ginkgo.no-color"],
+                        f"--ginkgo.json-report={report}", "--ginkgo.no-color", f"--ginkgo.skip={NOT_COMPARED}"],
                        capture_output=True, text=True, timeout=1200, cwd=workdir)
     (workdir / f"{name}.out").write_text(r.stdout + r.stderr)
     assert report.exists(), f"critest via {name} wrote no report:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
@@ -35,21 +117,35 @@ def summary(specs: dict[str, str]) -> dict[str, int]:
     return counts
 
 
-def test_critest_parity(tools, containerd):
-    """Both transports (splice, the default, and grpc) must match critest run directly."""
+def failed_on_pull(workdir: Path, name: str) -> list[str]:
+    """The specs whose failure message names an image pull (from critest's own report)."""
+    out = []
+    for suite in json.loads((workdir / f"{name}.json").read_text()):
+        for spec in suite.get("SpecReports") or []:
+            failure = json.dumps(spec.get("Failure") or {})
+            if spec.get("State") == "failed" and ("pull" in failure.lower() or "PullImage" in failure):
+                out.append(spec.get("LeafNodeText", ""))
+    return out
+
+
+def test_critest_parity(tools):
+    """Both transports (splice, the default, and grpc) must match critest run directly. The three runs
+    go at once, each against a runtime of its own (critest's wall time is mostly waiting)."""
+    tar = load_hack("critest_images").build()
     workdir = Path(tempfile.mkdtemp(prefix="critest-", dir="/tmp"))
-    direct = run_critest(tools.critest, containerd.endpoint, workdir, "direct")
-    containerd.remove_all()
+    sides = ("direct", "splice", "grpc")
+    with ThreadPoolExecutor(len(sides)) as pool:
+        futures = {name: pool.submit(critest_side, tools, tar, workdir, name) for name in sides}
+        results = {name: f.result() for name, f in futures.items()}
+    direct = results["direct"]
     assert direct, "critest ran no specs"
     assert summary(direct).get("passed", 0) > 0, "critest passed nothing directly; the runtime setup is broken"
-    print(f"\ncritest direct: {summary(direct)}")
-    for transport in ("splice", "grpc"):
-        relay = RelayProcess(workdir / transport, containerd.socket, args=["--transport", transport]).start()
-        try:
-            relayed = run_critest(tools.critest, relay.endpoint, workdir, transport)
-        finally:
-            relay.stop()
-            containerd.remove_all()
+    pulls = failed_on_pull(workdir, "direct")
+    print(f"\ncritest direct: {summary(direct)}; failed on an image pull: {pulls}")
+    # The one image no local build can provide: its reference carries the upstream manifest's digest.
+    assert pulls == ["public image with digest should be pulled and removed [Conformance]"], pulls
+    for transport in sides[1:]:
+        relayed = results[transport]
         print(f"critest through the relay ({transport}): {summary(relayed)}")
         differences = {k: (direct.get(k), relayed.get(k)) for k in direct.keys() | relayed.keys()
                        if direct.get(k) != relayed.get(k)}
