@@ -87,18 +87,23 @@ def test_relay_dead_for_good_sends_kubelet_back_to_containerd_and_recovers(insta
     assert "the node is left as it is" in log_path.read_text()
     assert unit_state(n.node) == "active" and kubelet_on_relay(n.node)
 
-    # A new rollout ships a cri-resmgr that never starts, while kubelet points at the relay:
-    # the install fails, and supervision still sends kubelet back to containerd.
+    # A new rollout ships a cri-resmgr that never starts, while kubelet points at the relay: its trial
+    # fails (installer.upgrade), so it never replaces the running relay, which keeps serving kubelet; the
+    # installer reports not ready with the reason (that halts the DaemonSet's rollout) and keeps supervising.
+    live_pid = n.node.systemctl("show", "-p", "MainPID", "--value", "cri-resource-manager.service").stdout.strip()
     n.binary.write_text("#!/bin/sh\necho 'broken build' >&2\nexit 3\n")
     with open(log_path, "w") as log:
         proc = subprocess.Popen(n.supervise_argv("--check-interval", "1", "--relay-timeout", str(relay_timeout),
                                                  "--relay-wait", "5"),
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for(lambda: kubelet_on_runtime(n.node), "kubelet back on containerd after a broken rollout",
-                 timeout=relay_timeout + 60)
+        wait_for(lambda: "failed its trial" in log_path.read_text(), "the broken build's trial to fail", timeout=90)
         wait_for(lambda: probe(n) == 1, "not-ready after a broken rollout", timeout=10)
-        assert "install failed" in subprocess.run(n.supervise_argv("probe"), capture_output=True, text=True).stdout
+        reason = subprocess.run(n.supervise_argv("probe"), capture_output=True, text=True).stdout
+        assert "install failed" in reason and "broken build" in reason, reason
+        assert kubelet_on_relay(n.node) and unit_state(n.node) == "active"
+        assert n.node.systemctl("show", "-p", "MainPID", "--value",
+                                "cri-resource-manager.service").stdout.strip() == live_pid
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
