@@ -21,6 +21,7 @@ from resmgr.agent.kube import (
     ListWatcher,
     load_api_client,
 )
+from resmgr.agent.metrics_forward import DEFAULT_RELAY_METRICS_SOCKET, serve_forwarded_metrics
 from resmgr.agent.reporting import KubeReporter
 from resmgr.agent.selection import CONFIG_NAMESPACE
 from resmgr.agent.server import AgentServicer, serve_agent
@@ -51,6 +52,11 @@ pushed too; their per-node errors are written to status.nodes[NODE].errors.
 
 It serves the Agent API on --agent-socket, which cri-resmgr uses for node
 operations and cri-resmgr-agent-probe for health.
+
+With --metrics-address it serves cri-resmgr's /metrics on the pod network: each
+GET /metrics is read from cri-resmgr's --metrics-socket (--relay-metrics-socket);
+503 with the reason when cri-resmgr cannot be read. Any peer that reaches the port
+may read: restrict it with a NetworkPolicy (the chart admits vpn-shoot only).
 """
 
 EPILOG = """\
@@ -79,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "coalesced into one push of the latest state (default: 1)")
     p.add_argument("--max-retry-interval", type=float, default=30.0, metavar="SECONDS",
                    help="upper bound of the retry backoff while cri-resmgr is unreachable (default: 30)")
+    p.add_argument("--metrics-address", default="", metavar="[HOST]:PORT",
+                   help="serve cri-resmgr's /metrics here, e.g. ':8891' (default: off)")
+    p.add_argument("--relay-metrics-socket", default=DEFAULT_RELAY_METRICS_SOCKET, metavar="PATH",
+                   help=f"cri-resmgr's /metrics unix socket to forward (default: {DEFAULT_RELAY_METRICS_SOCKET})")
     p.add_argument("--no-adjustments", action="store_true",
                    help="do not watch Adjustment resources (e.g. when their CRD is not installed)")
     add_logging_arguments(p, default_format="json")
@@ -155,6 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, RuntimeError) as exc:
         sys.stderr.write(f"cri-resmgr-agent: cannot serve the Agent API on {args.agent_socket}: {exc}\n")
         return 1
+    metrics = None
+    if args.metrics_address:
+        try:
+            metrics = serve_forwarded_metrics(args.metrics_address, args.relay_metrics_socket)
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"cri-resmgr-agent: cannot serve metrics on {args.metrics_address}: {exc}\n")
+            agent.stop()
+            return 1
     done = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -168,5 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                                                   "agent_socket": args.agent_socket})
     agent.start()
     done.wait()
+    if metrics is not None:
+        metrics.shutdown()
     agent.stop()
     return 0
