@@ -8,6 +8,7 @@ import jinja2
 
 from installer.static_config import FALLBACK_KEY, FORCE_KEY, StaticConfig
 from resmgr import __version__
+from resmgr.agent.metrics_forward import DEFAULT_RELAY_METRICS_SOCKET
 from resmgr.options import DEFAULT_RELAY_SOCKET
 
 UNIT = "cri-resource-manager.service"
@@ -71,7 +72,9 @@ def config_options(static: StaticConfig) -> list[str]:
 
 
 def render_default(static: StaticConfig, settings: UnitSettings) -> bytes:
-    relay = [f"--relay-socket={RELAY_SOCKET}", f"--runtime-socket={settings.runtime_endpoint}"]
+    # The metrics socket lies in the directory the agent mounts: the agent serves it to vpn-shoot.
+    relay = [f"--relay-socket={RELAY_SOCKET}", f"--runtime-socket={settings.runtime_endpoint}",
+             f"--metrics-socket={DEFAULT_RELAY_METRICS_SOCKET}"]
     return render("cri-resource-manager.default.j2", unit=UNIT, config_options=config_options(static),
                   relay_options=relay)
 

@@ -36,6 +36,8 @@ def test_fallback_and_force(tmp_path: Path) -> None:
     assert files["/etc/cri-resmgr/fallback.cfg"] == GOOD_CFG
     assert b'EXTRA_OPTIONS="--workers=4"' in files["/etc/cri-resmgr/extra-options.env"]
     assert b"--runtime-socket=unix:///run/c.sock" in files["/etc/default/cri-resource-manager"]
+    # The agent forwards /metrics from this socket (in the directory it mounts) to vpn-shoot.
+    assert b"--metrics-socket=/var/run/cri-resmgr/cri-resmgr-metrics.sock" in files["/etc/default/cri-resource-manager"]
     # force.cfg wins over fallback.cfg and replaces the flag.
     static = read_config_dir(write_dir(tmp_path / "2", fallback_cfg=GOOD_CFG, force_cfg=GOOD_CFG))
     assert static.force == GOOD_CFG and static.fallback is None
