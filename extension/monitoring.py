@@ -30,8 +30,10 @@ JOB_NAME = "cri-resmgr"
 
 
 def scrape_config(namespace: str, metrics_port: int = 8891) -> dict[str, Any]:
-    """The ScrapeConfig: endpoints of the cri-resmgr-metrics Service in the shoot's kube-system, each node's
-    relay scraped through the API server's pod proxy (the installer pods share the node's network)."""
+    """The ScrapeConfig: endpoints of the cri-resmgr-metrics Service in the shoot's kube-system, i.e. the
+    cri-resmgr-agent pods, scraped through the API server's pod proxy. Each agent answers with its node's
+    relay exposition (read from the relay's unix socket); the proxied request reaches the agent from
+    vpn-shoot's pod IP, the only pods the NetworkPolicy cri-resmgr-agent-metrics admits."""
     # Gardener's own helper skips verification too: Prometheus is not given the shoot's CA bundle.
     tls = {"insecureSkipVerify": True}
     return {

@@ -185,3 +185,34 @@ def test_agent_rbac_allows_what_the_agent_does_and_no_more(tools, seed_api):
     assert [d for d in denied if can(agent, *d)] == []
     # The installer works on the node only: no API rights at all.
     assert not any(can(installer, *a) for a in allowed + denied)
+
+
+def test_metrics_are_served_by_the_agents_and_reachable_from_vpn_shoot_only(tools):
+    """The Service's endpoints are the agent pods' metrics port, and the NetworkPolicy admits to that port
+    only pods labelled app=vpn-shoot (Gardener's vpn-shoot), through which the seed's Prometheus scrapes."""
+    text = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
+                values=INSTALL_VALUES)
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.load_all(text, Loader=StrictLoader) if d}
+    agent = docs[("DaemonSet", "cri-resmgr-agent")]
+    agent_labels = agent["spec"]["template"]["metadata"]["labels"]
+    container = agent["spec"]["template"]["spec"]["containers"][0]
+    assert "--metrics-address=:8891" in container["command"]
+    assert {"name": "metrics", "containerPort": 8891, "protocol": "TCP"} in container["ports"]
+
+    service = docs[("Service", "cri-resmgr-metrics")]
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "cri-resmgr-agent"}
+    assert service["spec"]["selector"].items() <= agent_labels.items()
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8891, "targetPort": "metrics",
+                                         "protocol": "TCP"}]
+
+    policy = docs[("NetworkPolicy", "cri-resmgr-agent-metrics")]
+    assert policy["metadata"]["namespace"] == "kube-system"
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= agent_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"app": "vpn-shoot"}}}],
+                                          "ports": [{"protocol": "TCP", "port": 8891}]}]
+
+    uninstall = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
+                     values={**INSTALL_VALUES, "installer": {"mode": "uninstall"}})
+    kinds = {d["kind"] for d in yaml.load_all(uninstall, Loader=StrictLoader) if d}
+    assert "NetworkPolicy" not in kinds and "Service" not in kinds
