@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from fixtures.procs import Process, unix_socket_answers
+from fixtures.procs import Process, free_port, unix_socket_answers
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -55,7 +55,7 @@ class PlaneNode:
     """One simulated node: its Node object, its cri-resmgr and its agent."""
 
     def __init__(self, seed_api: Any, containerd: Any, fallback: str = TOPOLOGY_AWARE_RESERVED_0,
-                 force: str | None = None) -> None:
+                 force: str | None = None, metrics: bool = False) -> None:
         self.seed_api = seed_api
         self.containerd = containerd
         self.name = f"worker-{uuid.uuid4().hex[:6]}"
@@ -64,6 +64,9 @@ class PlaneNode:
         self.relay_socket = str(self.dir / "relay.sock")
         self.config_socket = str(self.dir / "config.sock")
         self.agent_socket = str(self.dir / "agent.sock")
+        # metrics: cri-resmgr serves /metrics on this socket and the agent forwards it on metrics_port.
+        self.metrics_socket = str(self.dir / "metrics.sock") if metrics else ""
+        self.metrics_port = free_port() if metrics else 0
         self.fallback = self.dir / "fallback.cfg"
         self.fallback.write_text(fallback)
         self.force = self.dir / "force.cfg"
@@ -89,14 +92,17 @@ class PlaneNode:
             "--relay-socket", self.relay_socket, "--runtime-socket", self.containerd.socket,
             "--relay-dir", str(self.relay_dir), "--pid-file", "", "--fallback-config", str(self.fallback),
             "--config-socket", self.config_socket, "--agent-socket", self.agent_socket,
-            *(["--force-config", str(self.force)] if self.force.exists() else [])],
+            *(["--force-config", str(self.force)] if self.force.exists() else []),
+            *(["--metrics-address", "off", "--metrics-socket", self.metrics_socket] if self.metrics_socket else [])],
             self.dir, env={**os.environ, "NODE_NAME": self.name})
         self.resmgr.wait_until(lambda: unix_socket_answers(self.config_socket), "config socket", 90)
 
     def start_agent(self) -> None:
         self.agent = Process("cri-resmgr-agent", [
             str(BIN / "cri-resmgr-agent"), "--kubeconfig", self.seed_api.kubeconfig,
-            "--config-socket", self.config_socket, "--agent-socket", self.agent_socket, "--log-format", "text"],
+            "--config-socket", self.config_socket, "--agent-socket", self.agent_socket, "--log-format", "text",
+            *([f"--metrics-address=127.0.0.1:{self.metrics_port}", "--relay-metrics-socket", self.metrics_socket]
+              if self.metrics_port else [])],
             self.dir, env={**os.environ, "NODE_NAME": self.name})
         self.agent.wait_until(lambda: unix_socket_answers(self.agent_socket), "agent socket", 90)
 
@@ -210,8 +216,8 @@ def plane_node(seed_api, containerd, adjustment_crd) -> Iterator[Callable[..., P
     _clean_kube_system(core, custom)
 
     def make(fallback: str = TOPOLOGY_AWARE_RESERVED_0, labels: dict[str, str] | None = None,
-             force: str | None = None) -> PlaneNode:
-        node = PlaneNode(seed_api, containerd, fallback, force)
+             force: str | None = None, metrics: bool = False) -> PlaneNode:
+        node = PlaneNode(seed_api, containerd, fallback, force, metrics)
         nodes.append(node)
         return node.start(labels)
 
