@@ -35,6 +35,8 @@ PANELS: tuple[tuple[str, str, str, str], ...] = (
      "sum by (method, phase) (rate(cri_resmgr_policy_errors_total[5m]))", "{{method}} {{phase}}"),
     ("Policy decisions applied to running containers (UpdateContainerResources)", "ops",
      "sum by (result) (rate(cri_resmgr_container_updates_total[5m]))", "{{result}}"),
+    ("Containers per pool (or balloon)", "short",
+     "sum by (node, policy, pool) (cri_resmgr_pool_containers)", "{{node}} {{policy}} {{pool}}"),
     ("Configs refused (relay kept the last good one)", "short",
      "sum by (node, source) (increase(cri_resmgr_config_errors_total[1h]))", "{{node}} {{source}}"),
     ("Refused /metrics connections", "short",

@@ -177,6 +177,8 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     metrics_servers = start_metrics_servers(metrics, args.metrics_address or settings.metrics_address,
                                             args.metrics_allow, args.metrics_socket)
     hook: ResourceManagerHook = hook_factory(settings) if hook_factory is not None else AdjustingHook(rm)
+    if rm is not None:
+        metrics.pool_containers.collect = rm.pool_containers
     relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket,
                   image_socket=args.image_socket, hook=hook, metrics=metrics,
                   dumper=Dumper(settings.dump, directory=args.relay_dir), pid_file=args.pid_file or None,

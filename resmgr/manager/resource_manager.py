@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
@@ -228,6 +229,13 @@ class ResourceManager:
         with self._lock:
             return {cid: (fmt_cpus(c), fmt_cpus(m)) for cid, (c, m) in self.policy.placements().items()
                     if not cid.startswith(PENDING_PREFIX)}
+
+    def pool_containers(self) -> list[tuple[tuple[str, str], float]]:
+        """((policy, pool), containers placed there) for the metrics; pending reservations left out."""
+        with self._lock:
+            name = self.policy.name
+            counts = Counter(g.pool for cid, g in self.policy.grants.items() if not cid.startswith(PENDING_PREFIX))
+        return [((name, pool), float(n)) for pool, n in sorted(counts.items())]
 
     # -- relay entry points besides the hook protocol (see resmgr.relay.hooks) ------------------
     def reconfigure(self, config: dict[str, Any], source: str = FORCE) -> list[ContainerUpdate]:

@@ -15,7 +15,7 @@ import bisect
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from resmgr.relay.metrics_http import MetricsServer, parse_networks, tcp_listener, unix_listener
 
@@ -159,6 +159,25 @@ class Histogram(_Family):
             yield self.name + "_sum", labels, total
 
 
+class CallbackGauge(_Family):
+    """A gauge read at scrape time: ``collect`` returns (label values, value) pairs (default: none)."""
+
+    kind = "gauge"
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: Registry) -> None:
+        super().__init__(name, documentation, labelnames, registry)
+        self.collect: Callable[[], Iterable[tuple[tuple[str, ...], float]]] = lambda: ()
+
+    def samples(self) -> Iterator[Sample]:
+        try:
+            items = list(self.collect())
+        except Exception:  # a scrape must never fail because one source did
+            log.exception("collecting %s failed", self.name)
+            return
+        for values, value in items:
+            yield self.name, dict(zip(self.labelnames, values, strict=True)), float(value)
+
+
 class Registry:
     """The metric families of one relay, rendered in the text exposition format."""
 
@@ -214,6 +233,9 @@ class RelayMetrics:
         self.metrics_refused = Counter("cri_resmgr_metrics_refused",
                                        "Connections to /metrics refused, by reason (forbidden peer, "
                                        "timeout, bad request)", ["reason"], self.registry)
+        self.pool_containers = CallbackGauge("cri_resmgr_pool_containers",
+                                             "Containers per pool (or balloon) of the active policy",
+                                             ["policy", "pool"], self.registry)
         self.config_errors = Counter("cri_resmgr_config_errors",
                                      "Configs refused at startup or on SIGHUP; the relay kept running on the last "
                                      "good config or policy none, by source (force-config, fallback-config)",

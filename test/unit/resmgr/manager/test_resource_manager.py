@@ -35,6 +35,20 @@ def test_create_sets_cpuset_and_updates_shared(topologies: dict[str, Topology], 
     assert d.runtime.cpusets[be][0] == "0-127"
 
 
+def test_pool_containers_counts_placed_containers_per_pool(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, STATIC)
+    assert d.rm.pool_containers() == []
+    d.create(d.run_pod("be1"), "c")
+    d.create(d.run_pod("be2"), "c")
+    g = d.create(d.run_pod("g", qos="guaranteed"), "c", 4000)
+    counts = dict(d.rm.pool_containers())
+    pools = {d.rm.policy.grants[cid].pool for cid in d.rm.policy.grants}
+    assert sum(counts.values()) == 3 and {pool for _, pool in counts} == pools
+    assert all(policy == "static" for policy, _ in counts)
+    d.remove_container(g)
+    assert sum(n for _, n in d.rm.pool_containers()) == 2
+
+
 def test_mems_pinned_by_topology_aware(topologies: dict[str, Topology], tmp_path: Path) -> None:
     d = Driver(topologies["2s-2n-16c-2t"], tmp_path, TA)
     g = d.create(d.run_pod("g", qos="guaranteed"), "c", 2000)

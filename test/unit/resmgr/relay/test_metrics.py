@@ -66,6 +66,26 @@ def test_exposition_is_valid_prometheus_text():
     assert families["cri_resmgr_request_duration_seconds"] == "histogram"
 
 
+def test_pool_gauge_is_read_at_scrape_time_and_a_failing_source_does_not_break_the_scrape():
+    metrics = RelayMetrics()
+    pools = {"shared": 3.0}
+    metrics.pool_containers.collect = lambda: [(("topology-aware", p), n) for p, n in pools.items()]
+    parsed = samples(metrics.registry.exposition().decode())
+    pool = "cri_resmgr_pool_containers"
+    assert parsed[(pool, frozenset({"policy": "topology-aware", "pool": "shared"}.items()))] == 3
+    pools.update(shared=1.0, socket0=2.0)
+    parsed = samples(metrics.registry.exposition().decode())
+    assert parsed[(pool, frozenset({"policy": "topology-aware", "pool": "socket0"}.items()))] == 2
+
+    def broken() -> list:
+        raise RuntimeError("resource manager gone")
+    metrics.pool_containers.collect = broken
+    metrics.observe("Version", "OK", 0.001)
+    parsed = samples(metrics.registry.exposition().decode())
+    assert not any(name == pool for name, _ in parsed)
+    assert parsed[("cri_resmgr_requests_total", frozenset({"method": "Version", "code": "OK"}.items()))] == 1
+
+
 def test_registry_lookup_and_rules():
     metrics = RelayMetrics()
     assert metrics.registry.get_sample_value("cri_resmgr_requests_total", {"method": "Version", "code": "OK"}) is None
