@@ -17,6 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from resmgr.config.constraints import parse_cpu_quantity, parse_memory_quantity
 from resmgr.manager.annotation_budget import RESOURCES_ANNOTATION, within_budget
 
@@ -285,13 +287,47 @@ def preference_annotation(container: ContainerInfo, key: str) -> str | None:
     return None
 
 
+# Go's strconv.ParseBool, which upstream uses for these annotations (so "yes" is not a boolean there).
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+RESMGR_KEY_NAMESPACE = "cri-resource-manager.intel.com"
+
+
+def go_parse_bool(value: str) -> bool | None:
+    """Go's strconv.ParseBool: True/False for its accepted spellings, None for anything else."""
+    return True if value in _GO_TRUE else False if value in _GO_FALSE else None
+
+
 def preference_flag(container: ContainerInfo, key: str) -> bool | None:
+    """A boolean preference as upstream reads it; None when the container is not explicitly annotated.
+
+    The effective annotation (``preference_annotation``) is parsed like Go's ParseBool. Without it,
+    upstream's deprecated pod annotation ``cri-resource-manager.intel.com/<name>`` counts too: "true",
+    "false", or a YAML map of container name -> boolean. Unparsable values are logged and ignored.
+    """
     value = preference_annotation(container, key)
-    if value is None:
+    if value is not None:
+        parsed = go_parse_bool(value)
+        if parsed is None:
+            log.error("invalid boolean in annotation %s: %r; ignored", key, value)
+        return parsed
+    short = key.removesuffix("." + RESMGR_KEY_NAMESPACE)
+    deprecated = f"{RESMGR_KEY_NAMESPACE}/{short}"
+    value = container.pod_annotations.get(deprecated)
+    if value is None or short == key:
         return None
-    v = value.strip().lower()
-    if v in ("true", "1", "yes"):
-        return True
-    if v in ("false", "0", "no"):
-        return False
-    return None
+    log.warning("using deprecated annotation %s; use %s/container.%s or %s/pod instead", deprecated, key,
+                container.name, key)
+    if value in ("true", "false"):
+        return value == "true"
+    try:
+        per_container = yaml.safe_load(value)
+    except yaml.YAMLError:
+        per_container = None
+    if not isinstance(per_container, dict):
+        log.error("invalid deprecated annotation %s: %r; ignored", deprecated, value)
+        return None
+    wanted = per_container.get(container.name)
+    if isinstance(wanted, bool):
+        return wanted
+    return {"true": True, "false": False}.get(wanted) if isinstance(wanted, str) else None

@@ -12,6 +12,7 @@ from resmgr.manager.resources import (
     ContainerInfo,
     container_from_create_request,
     preference_annotation,
+    preference_flag,
     qos_from_cgroup_parent,
     quota_to_milli,
     shares_to_milli,
@@ -71,6 +72,31 @@ def test_annotation_precedence() -> None:
     assert preference_annotation(c, key) == "true"
     c.pod_annotations.pop(f"{key}/pod")
     assert preference_annotation(c, key) == "false"
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("true", True), ("True", True), ("TRUE", True), ("t", True), ("1", True),
+    ("false", False), ("F", False), ("0", False),
+    ("yes", None), ("no", None), (" true", None), ("", None)])  # Go's strconv.ParseBool, as upstream
+def test_preference_flag_parses_like_go(value: str, expected: bool | None) -> None:
+    key = "prefer-isolated-cpus.cri-resource-manager.intel.com"
+    c = ContainerInfo(id="x", pod_id="p", name="web", pod_annotations={f"{key}/pod": value})
+    assert preference_flag(c, key) is expected
+
+
+def test_preference_flag_reads_upstreams_deprecated_annotation() -> None:
+    key = "prefer-shared-cpus.cri-resource-manager.intel.com"
+    old = "cri-resource-manager.intel.com/prefer-shared-cpus"
+    web = ContainerInfo(id="x", pod_id="p", name="web", pod_annotations={old: "true"})
+    assert preference_flag(web, key) is True
+    web.pod_annotations[old] = "web: false\ndb: true\n"
+    assert preference_flag(web, key) is False
+    other = ContainerInfo(id="y", pod_id="p", name="cache", pod_annotations=dict(web.pod_annotations))
+    assert preference_flag(other, key) is None  # not named: not explicit
+    web.pod_annotations[f"{key}/pod"] = "true"  # the current syntax wins over the deprecated one
+    assert preference_flag(web, key) is True
+    broken = ContainerInfo(id="z", pod_id="p", name="web", pod_annotations={old: "[not, a, map"})
+    assert preference_flag(broken, key) is None
 
 
 def test_webhook_annotation_gives_exact_resources_and_qos() -> None:
