@@ -1,0 +1,35 @@
+"""The seed Prometheus's path to cri-resmgr's /metrics on the local landscape: the shoot kube-apiserver's
+pod proxy to each cri-resmgr-agent pod (endpoints of the Service cri-resmgr-metrics, as the ScrapeConfig
+of extension/monitoring.py finds them), which answers with its node's relay exposition read from the
+relay's unix socket. The landscape's CNI (bridge) does not enforce NetworkPolicies, so this proves the
+path, not the vpn-shoot-only policy (that is checked on the rendered chart)."""
+
+from __future__ import annotations
+
+import pytest
+from e2e import scenarios
+from e2e.gardener import shoot_ops
+from e2e.targets import LandscapeTarget
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+
+
+def test_every_nodes_relay_metrics_through_the_api_server_pod_proxy(inside):
+    t = LandscapeTarget(inside)
+    t.create()
+    t.enable(scenarios.provider_config())
+    scenarios.assert_nodes(t, installed=True)
+    shoot = t.shoot()
+    endpoints = shoot.get_json("endpoints", "-n", "kube-system", "cri-resmgr-metrics")
+    targets = {a["targetRef"]["name"]: a["nodeName"] for s in endpoints.get("subsets", [])
+               for a in s.get("addresses", []) + s.get("notReadyAddresses", [])}
+    assert sorted(targets.values()) == sorted(shoot_ops.shoot_nodes(shoot)), endpoints
+
+    for pod, node in targets.items():
+        def relay_series(pod: str = pod) -> tuple[bool, str]:
+            r = shoot.run("get", "--raw", f"/api/v1/namespaces/kube-system/pods/{pod}:8891/proxy/metrics",
+                          check=False)
+            ok = r.returncode == 0 and 'cri_resmgr_requests_total{code="OK",method="Version"}' in r.stdout
+            return ok, r.stderr.strip() or r.stdout[:200]
+        shoot_ops.wait_until(f"{node}'s relay metrics through {pod}", relay_series, 120, 2)
+    t.delete()
