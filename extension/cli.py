@@ -93,9 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=8891,
                    help="port of cri-resmgr's metrics on the nodes (default: 8891)")
     p.add_argument("--metrics-allow-pod-network", action="store_true",
-                   help="let the shoot's pod network (spec.networking.pods) read cri-resmgr's /metrics, so the "
-                        "shoot Prometheus can scrape through the kube-apiserver proxy (the VPN's shoot side "
-                        "masquerades to its pod address); off by default because it admits every pod")
+                   help="also let the shoot's pod network (spec.networking.pods) read cri-resmgr's TCP /metrics "
+                        "on the nodes directly; not needed for monitoring, which scrapes through the agent pods "
+                        "(NetworkPolicy: vpn-shoot only); off by default because it admits every pod")
     p.add_argument("--log-format", choices=("json", "text"), default="json",
                    help="json: one JSON object per line (default); text: human readable")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
