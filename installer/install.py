@@ -237,7 +237,7 @@ class NodeInstaller:
             raise InstallError(f"cri-resmgr {sha[:12]} did not serve on this node after an earlier upgrade and "
                                "was rolled back; not trying it again (ship a fixed image). The node keeps "
                                "its running cri-resmgr")
-        self.host.makedirs(upgrade.UPGRADE_DIR, mode=0o700)
+        self.host.makedirs(os.path.dirname(upgrade.STAGED_BINARY), mode=0o700)
         self.host.copy_atomic(self.settings.binary, upgrade.STAGED_BINARY, sha)
         try:
             upgrade.run_trial(self.host, upgrade.STAGED_BINARY, runtime)

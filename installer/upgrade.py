@@ -14,6 +14,7 @@ Everything here lives under the relay's state and runtime directories, which uni
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 from installer import node_files, systemd
@@ -24,8 +25,10 @@ from resmgr.rpc.sockets import endpoint_path
 log = logging.getLogger("installer.upgrade")
 
 UPGRADE_DIR = f"{node_files.RELAY_STATE_DIR}/upgrade"
-STAGED_BINARY = f"{UPGRADE_DIR}/cri-resmgr.new"
-PREVIOUS_BINARY = f"{UPGRADE_DIR}/cri-resmgr.previous"
+# The shipped executable is multi-call and picks its program by its own file name, so a copy keeps
+# the name cri-resmgr (in a directory of its own); "cri-resmgr.new" would not be cri-resmgr at all.
+STAGED_BINARY = f"{UPGRADE_DIR}/new/{os.path.basename(node_files.BINARY)}"
+PREVIOUS_BINARY = f"{UPGRADE_DIR}/previous/{os.path.basename(node_files.BINARY)}"
 TRIAL_STATE_DIR = f"{UPGRADE_DIR}/trial"
 TRIAL_TMP_DIR = f"{UPGRADE_DIR}/tmp"
 TRIAL_CONFIG = f"{UPGRADE_DIR}/trial.cfg"
@@ -90,7 +93,7 @@ def keep_previous(host: Host) -> bool:
         return False
     sha = host.file_sha256(node_files.BINARY)
     assert sha is not None
-    host.makedirs(UPGRADE_DIR, mode=0o700)
+    host.makedirs(os.path.dirname(PREVIOUS_BINARY), mode=0o700)
     host.copy_atomic(host.path(node_files.BINARY), PREVIOUS_BINARY, sha, mode=0o755)
     return True
 
