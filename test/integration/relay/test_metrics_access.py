@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.landscape.netns import NetNS
+from fixtures.metrics_client import scrape_unix
 from fixtures.waiting import eventually
 from integration.relay.relay_process import RelayProcess
 
@@ -79,14 +80,7 @@ def test_the_relay_serves_metrics_on_its_unix_socket_and_survives_a_bad_cidr(con
                          args=["--metrics-socket", str(path), "--metrics-allow", "10.0.0.0/33"]).start()
 
     def scrape() -> bytes:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(30)
-            conn.connect(str(path))
-            conn.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
-            answer = b""
-            while chunk := conn.recv(65536):
-                answer += chunk
-            return answer
+        return scrape_unix(str(path))
 
     try:
         assert scrape().startswith(b"HTTP/1.1 200 OK")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 
 import pytest
+from fixtures.metrics_client import scrape_unix
 from prometheus_client.parser import text_string_to_metric_families
 
 from resmgr.relay.metrics import (
@@ -122,13 +122,7 @@ def test_metrics_on_a_unix_socket(tmp_path):
     server = serve_metrics_socket(metrics, str(path), mode=0o600)
     try:
         assert oct(path.stat().st_mode & 0o777) == "0o600"
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(30)
-            conn.connect(str(path))
-            conn.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
-            answer = b""
-            while chunk := conn.recv(65536):
-                answer += chunk
+        answer = scrape_unix(str(path))
     finally:
         server.shutdown()
     head, body = answer.split(b"\r\n\r\n", 1)
