@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 
 from installer import node_files, systemd
 from installer.cri_check import CriUnavailable, wait_cri
@@ -44,11 +43,6 @@ class UpgradeRefused(RuntimeError):
     """The new executable is not taken; the live relay keeps running the old one. str() says why."""
 
 
-@dataclass
-class TrialSettings:
-    timeout_s: float = 30.0
-
-
 def trial_argv(binary: str, runtime_endpoint: str) -> list[str]:
     """The command line of a trial: everything the relay writes goes to the trial's own paths."""
     run = TRIAL_RUN_DIR
@@ -58,13 +52,12 @@ def trial_argv(binary: str, runtime_endpoint: str) -> list[str]:
             "--force-config", TRIAL_CONFIG]
 
 
-def run_trial(host: Host, binary: str, runtime_endpoint: str, settings: TrialSettings | None = None) -> str:
+def run_trial(host: Host, binary: str, runtime_endpoint: str, timeout_s: float = 30.0) -> str:
     """Start ``binary`` as a trial relay and wait for CRI Version through it; returns the version it answered.
 
     Raises UpgradeRefused when it does not serve within the bound. The trial is always stopped and its
     directories removed.
     """
-    settings = settings or TrialSettings()
     _clean_trial(host)
     for d in (TRIAL_STATE_DIR, TRIAL_TMP_DIR, TRIAL_RUN_DIR):
         host.makedirs(d, mode=0o700)
@@ -76,7 +69,7 @@ def run_trial(host: Host, binary: str, runtime_endpoint: str, settings: TrialSet
              extra={"unit": TRIAL_UNIT, "binary": binary})
     try:
         host.run(argv, timeout=30)
-        version = wait_cri(host, f"unix://{TRIAL_RUN_DIR}/relay.sock", settings.timeout_s,
+        version = wait_cri(host, f"unix://{TRIAL_RUN_DIR}/relay.sock", timeout_s,
                            give_up=lambda: _trial_gone(host))
     except (CriUnavailable, HostCommandError) as exc:
         raise UpgradeRefused(f"the new cri-resmgr failed its trial, so it does not replace the running one: "
