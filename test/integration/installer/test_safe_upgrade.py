@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from integration.installer.installer_node import snapshot
+from integration.installer.installer_node import snapshot, wait_for
 from integration.installer.node_checks import kubelet_on_relay, kubelet_on_runtime, unit_state
 
 from installer import node_files, upgrade
@@ -59,9 +59,11 @@ def test_an_upgrade_that_passes_its_trial_but_does_not_serve_is_rolled_back(inst
     assert unit_state(n.node) == "active"
     # The failed start left the relay down for up to relay_wait_s; the kubelet stand-in exits after a few
     # failed checks and its restart goes through the guard, which puts it on containerd. Either way the
-    # node works (the supervising installer repoints kubelet once the relay serves again).
-    guard_fell_back = n.node.exists(node_files.KUBELET_GUARD_MARKER)
-    assert kubelet_on_relay(n.node) or (guard_fell_back and kubelet_on_runtime(n.node))
+    # node works (the supervising installer repoints kubelet once the relay serves again). Kubelet may
+    # still be restarting when the installer returns, so wait for it to settle on one of the two.
+    wait_for(lambda: kubelet_on_relay(n.node) or (n.node.exists(node_files.KUBELET_GUARD_MARKER)
+                                                  and kubelet_on_runtime(n.node)),
+             "kubelet running on the relay, or through the guard on containerd", timeout=60)
 
     # The same executable is not tried again: no restart of the node's relay.
     pid = _main_pid(n.node)
