@@ -273,10 +273,11 @@ def test_logs_are_json_lines_with_namespace(seed, operator):
     ns = new_shoot(seed, operator)
     seed.create_extension(ns, None)
     wait_for(lambda: succeeded(seed, ns), "reconcile", operator=operator)
+    # The success line is logged after the status patch (and its bookkeeping), so wait for it too.
+    wait_for(lambda: any(ln.get("namespace") == ns and "Successfully reconciled" in ln.get("msg", "")
+                         for ln in operator.log_lines()), "the success log line", operator=operator)
     lines = operator.log_lines()
     assert lines and all("raw" not in line for line in lines), [ln for ln in lines if "raw" in ln][:3]
-    mine = [ln for ln in lines if ln.get("namespace") == ns]
-    assert any("Successfully reconciled" in ln["msg"] for ln in mine)
     assert all({"ts", "level", "logger", "msg"} <= set(ln) for ln in lines)
 
 
