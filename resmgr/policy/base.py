@@ -264,6 +264,11 @@ class Policy:
         for cid in self.containers:
             self._index(cid, add=True)
 
+    def pool_cpus(self) -> dict[str, frozenset[int]]:
+        """Pool (or balloon) name -> the CPUs it runs its containers on now, for the pool-size metrics.
+        Names match ``Grant.pool``; the default (no pools) exports nothing."""
+        return {}
+
     def exclusive_sets(self) -> dict[str, frozenset[int]]:
         """CPUs owned by exactly one container (or balloon) each: used for invariants."""
         return {cid: g.exclusive for cid, g in self.grants.items() if g.exclusive}
