@@ -32,6 +32,11 @@ def _agent_probe() -> Main:
     return main
 
 
+def _webhook() -> Main:
+    from resmgr.webhook.cli import main
+    return main
+
+
 def _installer() -> Main:
     from installer.cli import main
     return main
@@ -47,6 +52,7 @@ COMMANDS: dict[str, Callable[[], Main]] = {
     "cri-resmgr-agent": _agent,
     "cri-resmgr-agent-probe": _agent_probe,
     "cri-resmgr-installer": _installer,
+    "cri-resmgr-webhook": _webhook,
     "gardener-extension-cri-resmgr": _extension,
 }
 
