@@ -63,7 +63,7 @@ ENTRYPOINT ["gardener-extension-cri-resmgr"]
 FROM ${BASE_IMAGE} AS installation
 COPY --from=executable /out/cri-resmgr.dir /opt/cri-resmgr/lib
 COPY --from=executable /out/cri-resmgr /opt/cri-resmgr/bin/cri-resmgr
-RUN for c in cri-resmgr cri-resmgr-agent cri-resmgr-agent-probe cri-resmgr-installer; do \
+RUN for c in cri-resmgr cri-resmgr-agent cri-resmgr-agent-probe cri-resmgr-installer cri-resmgr-webhook; do \
         ln -s /opt/cri-resmgr/lib/cri-resmgr /usr/local/bin/$c; done \
     && command -v nsenter
 ENTRYPOINT ["/usr/local/bin/cri-resmgr-installer"]
