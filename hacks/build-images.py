@@ -3,7 +3,7 @@
 
   extension image     gardener-extension-cri-resmgr, the helm CLI and the charts at /charts;
                       runs as uid 65532 with CRI_RESMGR_CHARTS_DIR=/charts.
-  installation image  cri-resmgr, cri-resmgr-agent, cri-resmgr-agent-probe and cri-resmgr-installer on PATH,
+  installation image  cri-resmgr, cri-resmgr-agent(-probe), cri-resmgr-installer and cri-resmgr-webhook on PATH,
                       nsenter, and the single-file executable at /opt/cri-resmgr/bin/cri-resmgr (what the
                       installer copies to nodes); tagged as both the installer and the agent image.
 
@@ -29,7 +29,8 @@ from shipped_images import image_names, run_builder
 REPO = Path(__file__).resolve().parent.parent
 EXE_DIR = "/opt/cri-resmgr/bin"
 PROGRAM_DIR = "/opt/cri-resmgr/lib"
-NODE_COMMANDS = ["cri-resmgr", "cri-resmgr-agent", "cri-resmgr-agent-probe", "cri-resmgr-installer"]
+NODE_COMMANDS = ["cri-resmgr", "cri-resmgr-agent", "cri-resmgr-agent-probe", "cri-resmgr-installer",
+                 "cri-resmgr-webhook"]
 EXTENSION_COMMAND = "gardener-extension-cri-resmgr"
 NONROOT = 65532
 # glibc and libgcc_s: what the PyInstaller bootloader and its bundled libraries expect from the system.
