@@ -167,6 +167,7 @@ class Policy:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    wants_usage: ClassVar[bool] = False  # rebalance() takes measured CPU usage (the relay samples it)
 
     topology: Topology
     config: dict[str, Any]
@@ -263,6 +264,9 @@ class Policy:
         self.members = {}
         for cid in self.containers:
             self._index(cid, add=True)
+
+    def rebalance(self, usage: dict[str, int]) -> None:
+        """Resize by measured CPU usage (container id -> milli-CPU over the last interval); default: unused."""
 
     def pool_cpus(self) -> dict[str, frozenset[int]]:
         """Pool (or balloon) name -> the CPUs it runs its containers on now, for the pool-size metrics.
