@@ -26,10 +26,10 @@ from resmgr.config.constraints import parse_cpu_constraint, parse_cpu_quantity
 from resmgr.config.errors import ConfigError
 
 # Policies this cri-resmgr implements; resmgr.policy.registry must agree (tested).
-POLICY_NAMES: tuple[str, ...] = ("none", "static", "topology-aware", "balloons")
+POLICY_NAMES: tuple[str, ...] = ("none", "static", "topology-aware", "balloons", "dynamic-pools")
 # Policies cri-resource-manager knows but this implementation does not run.
 # A config that activates one of them is accepted and runs the no-op policy, reported as ignored.
-FOREIGN_POLICY_NAMES: tuple[str, ...] = ("static-plus", "static-pools", "podpools", "dynamic-pools")
+FOREIGN_POLICY_NAMES: tuple[str, ...] = ("static-plus", "static-pools", "podpools")
 FOREIGN_POLICY_FALLBACK = "none"
 # Upstream's alias of topology-aware (the same code, registered twice, options under policy.memtier).
 # This topology-aware places CPUs and memory nodes but knows no memory tiers (PMEM/HBM placement,
@@ -480,7 +480,7 @@ DYNAMIC_POOLS = Struct({
     "DynamicPoolTypes": ListOf(Struct({
         "Name": Str(non_empty=True),
         "Namespaces": StrList(item_check=_check_glob),
-        "CPUClass": Str(),
+        "CPUClass": Ignored(Str(), NO_CPU_CLASSES),
         "AllocatorPriority": AllocatorPriority(),
     })),
 })
@@ -545,7 +545,7 @@ POLICY = Struct({
     "static-plus": Ignored(Opaque(), NO_POLICY),
     "static-pools": Ignored(STATIC_POOLS, NO_POLICY),
     "podpools": Ignored(PODPOOLS, NO_POLICY),
-    "dynamic-pools": Ignored(DYNAMIC_POOLS, NO_POLICY),
+    "dynamic-pools": DYNAMIC_POOLS,
 }, validators=(_active_known, _reserved_within_available))
 
 KLOG_FLAGS = ("add_dir_header", "alsologtostderr", "log_backtrace_at", "log_dir", "log_file", "log_file_max_size",
