@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from installer import readiness
+from installer import node_record, readiness
 from installer.host import CommandRunner, Host
 from installer.install import KUBELET_TARGET, InstallSettings, NodeInstaller
 from installer.node_lock import NodeLock
@@ -24,6 +24,12 @@ log = logging.getLogger("installer.cli")
 
 MODE_ENV = "CRI_RESMGR_INSTALLER_MODE"
 MODES = ("install", "uninstall")
+DIGEST_ENV = "CRI_RESMGR_INSTALLER_DIGEST"
+Recorder = Callable[[str, str], object]  # (state, reason): writes the node record
+
+
+def _no_record(state: str, reason: str) -> None:
+    return None
 
 DESCRIPTION = """\
 cri-resmgr-installer runs privileged in the installer DaemonSet with the host
@@ -56,6 +62,11 @@ uninstall mode (--mode uninstall or CRI_RESMGR_INSTALLER_MODE=uninstall; never
 on SIGTERM): kubelet back to containerd (verified), stop and disable the unit,
 cri-resmgr --reset-policy and /var/lib/cri-resmgr removed, every installed file
 removed or restored byte for byte; then it reports ready and sleeps.
+
+node record: after "install complete" and "uninstall complete" (and on failures, with
+the reason) the installer writes the Lease kube-system/cri-resmgr-node-<node> through its
+ServiceAccount: state, the digest of the rollout (--digest) and the time. The extension ends
+its uninstall wait, and reports the installation healthy, only on these records.
 
 probe: `cri-resmgr-installer probe` (or --probe) exits 0 when the ready file
 says ready, else 1 with a one-line reason.
@@ -105,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="while on the fallback, restart a failed unit at most this often (default: %(default)s)")
     p.add_argument("--max-fallbacks", type=int, default=3,
                    help="after this many fallbacks within an hour, stay on containerd (default: %(default)s)")
+    p.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
+                   help="this node's name, for its node record (default: $NODE_NAME)")
+    p.add_argument("--digest", default=os.environ.get(DIGEST_ENV, ""),
+                   help=f"the rollout's digest, written into the node record (default: ${DIGEST_ENV})")
+    p.add_argument("--no-node-record", action="store_true",
+                   help="do not write the node record (a node outside a cluster, tests)")
     add_logging_arguments(p, default_format="json")
     return p
 
@@ -125,7 +142,8 @@ def make_host(args: argparse.Namespace) -> Host:
     return Host(args.host_root, runner)
 
 
-def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: threading.Event) -> int:
+def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: threading.Event,
+                record: Recorder = _no_record) -> int:
     sup_settings = SupervisorSettings(interval_s=args.check_interval, relay_timeout_s=args.relay_timeout,
                                       recover_after_s=args.recover_after, restart_backoff_s=args.restart_backoff,
                                       max_fallbacks=args.max_fallbacks)
@@ -135,6 +153,10 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
         if install_error:
             ready, reason = False, f"{install_error}; {reason}"
         readiness.write_ready(args.ready_file, ready, reason, "install")
+        if ready:
+            record(node_record.INSTALLED, "")
+        else:
+            record(node_record.DEGRADED, reason)
 
     supervisor: Supervisor | None = None
     converged = False
@@ -148,6 +170,7 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
                 reason = (f"installed: kubelet ({result.kubelet_layout} layout) uses the relay, which forwards "
                           f"to {result.runtime_endpoint}")
                 readiness.write_ready(args.ready_file, True, reason, "install")
+                record(node_record.INSTALLED, "")
                 if args.once:
                     return 0
                 supervisor = Supervisor(installer, sup_settings, report)
@@ -155,6 +178,7 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
                 log.error("install failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
                 install_error = f"install failed: {exc}"
                 readiness.write_ready(args.ready_file, False, install_error, "install")
+                record(node_record.INSTALL_FAILED, install_error)
                 if args.once:
                     return 1
                 # Kubelet may still point at the relay from an earlier rollout (say this one ships a
@@ -183,7 +207,8 @@ def _supervise(supervisor: Supervisor, report: Callable[[bool, str], None]) -> N
     report(ready, reason)
 
 
-def run_uninstall(installer: NodeInstaller, args: argparse.Namespace, stop: threading.Event) -> int:
+def run_uninstall(installer: NodeInstaller, args: argparse.Namespace, stop: threading.Event,
+                  record: Recorder = _no_record) -> int:
     retry = args.check_interval
     while not stop.is_set():
         try:
@@ -192,6 +217,7 @@ def run_uninstall(installer: NodeInstaller, args: argparse.Namespace, stop: thre
         except Exception as exc:
             log.error("uninstall failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
             readiness.write_ready(args.ready_file, False, f"uninstall failed: {exc}", "uninstall")
+            record(node_record.UNINSTALL_FAILED, f"uninstall failed: {exc}")
             if args.once:
                 return 1
             stop.wait(retry)
@@ -200,11 +226,13 @@ def run_uninstall(installer: NodeInstaller, args: argparse.Namespace, stop: thre
         return 0
     reason = "uninstalled: the node is clean"
     readiness.write_ready(args.ready_file, True, reason, "uninstall")
+    record(node_record.UNINSTALLED, "")
     if args.once:
         return 0
     log.info("node is clean; staying up and ready until the DaemonSet is deleted")
     while not stop.wait(args.check_interval):
         readiness.write_ready(args.ready_file, True, reason, "uninstall")
+        record(node_record.UNINSTALLED, "")  # a no-op once written; retries a write the API refused
     return 0
 
 
@@ -242,10 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     if not lock.acquire(stop, lambda reason: readiness.write_ready(args.ready_file, False, reason, mode)):
         log.info("stopping on a signal before this run got the node lock; nothing was changed")
         return 0
+    recorder = None if args.no_node_record else node_record.in_cluster_recorder(args.node_name, args.digest)
+    record: Recorder = recorder.record if recorder is not None else _no_record
     try:
         if mode == "uninstall":
-            return run_uninstall(installer, args, stop)
-        return run_install(installer, args, stop)
+            return run_uninstall(installer, args, stop, record)
+        return run_install(installer, args, stop, record)
     finally:
         lock.release()
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
+from collections.abc import Callable
+from typing import Any
 
 ENV = "CRI_RESMGR_INSTALLER_FAILPOINT"
 
@@ -42,3 +45,30 @@ def hit(name: str) -> None:
     if os.environ.get(ENV) == name:
         log.warning("failpoint %s reached: killing the installer", name, extra={"failpoint": name})
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+# Node-file failpoints: one node of a DaemonSet (whose environment is the same everywhere) can be made
+# slow or failing by a file on that node: /etc/cri-resmgr-installer/failpoints/<name> holding
+# "sleep <seconds>" or "fail <message>". Tests use them to prove that the extension waits for that node.
+NODE_FAILPOINT_DIR = "/etc/cri-resmgr-installer/failpoints"
+NODE_FAILPOINTS = ("uninstall-start",)
+
+
+class NodeFailpointError(RuntimeError):
+    """A node-file failpoint asked this step to fail."""
+
+
+def hit_node(host: Any, name: str, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Act on the node-file failpoint ``name`` if its file exists on ``host`` (an installer.host.Host)."""
+    raw = host.read_if_exists(f"{NODE_FAILPOINT_DIR}/{name}")
+    if raw is None:
+        return
+    verb, _, arg = raw.decode(errors="replace").strip().partition(" ")
+    if verb == "sleep":
+        log.warning("node failpoint %s: sleeping %s s", name, arg, extra={"failpoint": name})
+        sleep(float(arg or 0))
+    elif verb == "fail":
+        log.warning("node failpoint %s: failing", name, extra={"failpoint": name})
+        raise NodeFailpointError(f"failpoint {name}: {arg or 'failed on purpose'}")
+    else:
+        log.warning("node failpoint %s: unknown action %r ignored (use 'sleep S' or 'fail MSG')", name, verb)

@@ -338,6 +338,7 @@ class NodeInstaller:
     # ----- uninstall -------------------------------------------------------------------------
     def uninstall(self) -> list[str]:
         """Reverse everything, in the order: kubelet, unit, cri-resmgr state, files."""
+        failpoints.hit_node(self.host, "uninstall-start")
         journal = self.journal()
         if not journal.exists:
             leftovers = [p for p in (node_files.UNIT_FILE, node_files.BINARY) if self.host.exists(p)]
