@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 CoreKey = tuple[int, int, int]  # (package, die, core_id): core ids repeat across packages/dies
 DieKey = tuple[int, int]  # (package, die)
 
+# Kinds of memory a NUMA node holds (upstream's pkg/sysfs MemoryType).
+DRAM, PMEM, HBM = "DRAM", "PMEM", "HBM"
+
 
 @dataclass(frozen=True)
 class CpuInfo:
@@ -33,6 +36,10 @@ class Topology:
     cpus: dict[int, CpuInfo]
     isolated: frozenset[int] = frozenset()
     node_memory: dict[int, int] = field(default_factory=dict)  # bytes per NUMA node
+    # NUMA node -> DRAM, PMEM or HBM, including CPU-less memory nodes; empty: every node with CPUs is DRAM.
+    memory_types: dict[int, str] = field(default_factory=dict)
+    distances: dict[int, tuple[int, ...]] = field(default_factory=dict)  # NUMA node -> distance vector
+    normal_memory: frozenset[int] | None = None  # nodes with a normal memory zone (None: not known)
     packages: dict[int, frozenset[int]] = field(init=False)
     dies: dict[DieKey, frozenset[int]] = field(init=False)
     nodes: dict[int, frozenset[int]] = field(init=False)
@@ -61,6 +68,16 @@ class Topology:
         self.core_first = {key: min(cpus) for key, cpus in self.cores.items()}
         self.core_size = {key: len(cpus) for key, cpus in self.cores.items()}
 
+    def memory_type(self, node: int) -> str:
+        return self.memory_types.get(node, DRAM)
+
+    def distance(self, a: int, b: int) -> int:
+        """NUMA distance from ``a`` to ``b`` (sysfs ``node<a>/distance``); 10 to itself, 20 when unknown."""
+        vector = self.distances.get(a, ())
+        if b < len(vector):
+            return vector[b]
+        return 10 if a == b else 20
+
     @property
     def online(self) -> frozenset[int]:
         return frozenset(self.cpus)
@@ -71,6 +88,8 @@ class Topology:
 
     def describe(self) -> str:
         threads = max((len(v) for v in self.cores.values()), default=0)
+        tiers = "".join(f", {kind} nodes {sorted(n for n, t in self.memory_types.items() if t == kind)}"
+                        for kind in (PMEM, HBM) if kind in self.memory_types.values())
         return (f"{len(self.cpus)} CPUs, {len(self.packages)} packages, {len(self.dies)} dies, "
                 f"{len(self.nodes)} NUMA nodes, {len(self.cores)} cores, {threads} threads/core, "
-                f"isolated={sorted(self.isolated)}")
+                f"isolated={sorted(self.isolated)}{tiers}")

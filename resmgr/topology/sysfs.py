@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from resmgr.topology.cpuset import CpusetError, parse_cpuset
-from resmgr.topology.model import CpuInfo, Topology
+from resmgr.topology.model import DRAM, HBM, PMEM, CpuInfo, Topology
 
 _MEMTOTAL = re.compile(r"^Node\s+\d+\s+MemTotal:\s+(\d+)\s*kB", re.MULTILINE)
 
@@ -50,15 +50,25 @@ def discover_topology(root: str | Path = "/") -> Topology:
 
     node_of: dict[int, int] = {}
     node_memory: dict[int, int] = {}
+    distances: dict[int, tuple[int, ...]] = {}
+    cpu_nodes: set[int] = set()
     if node_dir.is_dir():
         for path in sorted(node_dir.glob("node[0-9]*")):
             node = int(path.name[4:])
             for cpu in _read_cpuset(path / "cpulist"):
                 node_of[cpu] = node
+                cpu_nodes.add(node)
             if (path / "meminfo").exists():
                 m = _MEMTOTAL.search(_read(path / "meminfo"))
                 if m:
                     node_memory[node] = int(m.group(1)) * 1024
+            if (path / "distance").exists():
+                text = _read(path / "distance")
+                try:
+                    distances[node] = tuple(int(d) for d in text.split())
+                except ValueError:
+                    raise TopologyError(f"{path / 'distance'}: expected integers, found {text!r}") from None
+    memory_types, normal = _memory_types(node_dir, cpu_nodes, node_memory)
     cpus: dict[int, CpuInfo] = {}
     for cpu in sorted(online):
         topo = cpu_dir / f"cpu{cpu}" / "topology"
@@ -70,4 +80,29 @@ def discover_topology(root: str | Path = "/") -> Topology:
             # Without NUMA support in the kernel everything is one node.
             node=node_of.get(cpu, 0),
         )
-    return Topology(cpus=cpus, isolated=isolated, node_memory=node_memory)
+    return Topology(cpus=cpus, isolated=isolated, node_memory=node_memory, memory_types=memory_types,
+                    distances=distances, normal_memory=normal)
+
+
+def _memory_types(node_dir: Path, cpu_nodes: set[int], node_memory: dict[int, int]
+                  ) -> tuple[dict[int, str], frozenset[int] | None]:
+    """Each memory node's kind, as cri-resource-manager tells them apart (pkg/sysfs): a node with memory
+    and CPUs is DRAM; a CPU-less memory node is HBM if it holds less than the average DRAM node,
+    otherwise PMEM. Without ``has_memory`` (old kernels, minimal fake trees) every node is DRAM."""
+    if not (node_dir / "has_memory").exists():
+        return {}, None
+    memory = _read_cpuset(node_dir / "has_memory")
+    normal = _read_cpuset(node_dir / "has_normal_memory") if (node_dir / "has_normal_memory").exists() else None
+    types = {node: DRAM for node in sorted(cpu_nodes)}
+    dram = memory & cpu_nodes
+    special = sorted(memory - cpu_nodes)
+    if special:
+        if not dram:
+            raise TopologyError(f"{node_dir}: memory nodes {special} have no CPUs and no node has DRAM with CPUs: "
+                                f"cannot tell PMEM from HBM")
+        average = sum(node_memory.get(n, 0) for n in dram) // len(dram)
+        if average == 0:
+            raise TopologyError(f"{node_dir}: the DRAM nodes report no MemTotal: cannot tell PMEM from HBM")
+        for node in special:
+            types[node] = HBM if node_memory.get(node, 0) < average else PMEM
+    return types, normal
