@@ -78,6 +78,9 @@ class ContainerInfo:
     memory_limit: int = 0
     annotations: dict[str, str] = field(default_factory=dict)
     pod_annotations: dict[str, str] = field(default_factory=dict)
+    # CRI labels (kubelet's io.kubernetes.*) of the container and its pod: expression keys read them.
+    labels: dict[str, str] = field(default_factory=dict)
+    pod_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_kube_system(self) -> bool:
@@ -90,6 +93,7 @@ class ContainerInfo:
     def from_json(cls, data: dict[str, Any]) -> ContainerInfo:
         c = cls(**data)
         c.annotations, c.pod_annotations = within_budget(c.annotations), within_budget(c.pod_annotations)
+        c.labels, c.pod_labels = within_budget(c.labels), within_budget(c.pod_labels)
         return c
 
 
@@ -246,6 +250,8 @@ def container_from_create_request(request: Any, pod: PodInfo | None) -> Containe
         memory_limit=memory,
         annotations=within_budget(config.annotations),
         pod_annotations=within_budget(pod_annotations),
+        labels=within_budget(labels),
+        pod_labels=within_budget(dict(sandbox.labels)) or dict(pod.labels),
     )
 
 
@@ -271,6 +277,8 @@ def container_from_listed(container: Any, pod: PodInfo | None, resources: Any = 
         memory_limit=memory,
         annotations=within_budget(container.annotations),
         pod_annotations=dict(pod.annotations) if pod else {},
+        labels=within_budget(labels),
+        pod_labels=dict(pod.labels) if pod else {},
     )
 
 
