@@ -1,0 +1,315 @@
+"""The ``podpools`` policy: every container of a pod runs on its pod's pool instance.
+
+Pool types (``policy.podpools.Pools``) are turned into pool instances once, when the policy is
+set up: each instance (``<name>[<i>]``) owns ``CPU`` CPUs that no other pool uses, and takes at
+most ``MaxPods`` pods (0: any number; -1: none). A pod picks its type with the pod annotation
+``pool.podpools.cri-resource-manager.intel.com`` (also ``.../pod``); unannotated kube-system
+pods go to the built-in ``reserved`` pool (the ReservedResources CPUs), every other pod to the
+built-in ``default`` pool (the CPUs no pool took, or the reserved CPUs if none are left). The
+first container of a pod chooses the instance by the type's ``FillOrder`` (Balanced: fewest
+pods, Packed: most pods, FirstFree: the first with room); the pod's other containers follow it.
+A pod whose type has no instance with room runs in the default pool. Pool CPUs never change at
+runtime, so containers never move; CPU requests are only checked and logged, as upstream does:
+a pool whose pods request more than its CPUs is overbooked, and a pod of a pool with MaxPods
+should request CPU/MaxPods in total.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from resmgr.config import ConfigError
+from resmgr.config.pool_sizes import parse_instances, parse_pool_cpus
+from resmgr.manager.resources import KUBE_SYSTEM, ContainerInfo
+from resmgr.policy.base import Grant, Placement, Policy, RestoreError, log, resolve_cpu_resources
+from resmgr.policy.cpu_allocator import take_cpus
+from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
+from resmgr.topology.model import Topology
+
+POOL_KEY = "pool.podpools.cri-resource-manager.intel.com"
+RESERVED = "reserved"
+DEFAULT = "default"
+BALANCED, PACKED, FIRST_FREE = "Balanced", "Packed", "FirstFree"
+# Upstream's allowance (milli-CPU per pod) for rounding when container requests should add up
+# to the pool's CPUs per pod: +-0.5m for each of up to 20 containers.
+POD_MILLI_MARGIN = 10
+RECENT_LIMIT = 4096
+
+
+@dataclass
+class PoolType:
+    name: str
+    max_pods: int = 0  # 0: unlimited, -1: no pods
+    fill_order: str = BALANCED
+
+
+@dataclass
+class Pool:
+    type: PoolType
+    instance: int
+    cpus: frozenset[int]
+    kind: str  # the grants' kind: "reserved", "shared" (default pool) or "pool"
+    placement: Placement = (None, None)
+    members: dict[str, tuple[str, int]] = field(default_factory=dict)  # container id -> (pod id, milli)
+    pods: Counter = field(default_factory=Counter)  # pod id -> its containers here
+    requested: int = 0  # milli-CPU requested by the members
+
+    @property
+    def name(self) -> str:
+        return f"{self.type.name}[{self.instance}]"
+
+    def has_room(self) -> bool:
+        return self.type.max_pods == 0 or len(self.pods) < self.type.max_pods
+
+
+def _pool_size(pool: dict[str, Any], field_path: str, free: int) -> tuple[int, int]:
+    """(instances, CPUs per instance) of a ``Pools`` entry; ConfigError names the field."""
+    try:
+        cpus = parse_pool_cpus(pool.get("CPU"))
+    except ValueError as exc:
+        raise ConfigError(f"{field_path}.CPU", str(exc)) from None
+    try:
+        return parse_instances(pool.get("Instances")).count(cpus, free), cpus
+    except ValueError as exc:
+        raise ConfigError(f"{field_path}.Instances", str(exc)) from None
+
+
+def _sized(pool: dict[str, Any]) -> bool:
+    return pool.get("CPU") not in (None, "") or pool.get("Instances") not in (None, "")
+
+
+def build_pools(section: dict[str, Any], topology: Topology, available: frozenset[int],
+                reserved: frozenset[int]) -> list[Pool]:
+    """The reserved pool, the default pool and every instance of the user's pool types, in that order."""
+    reserved_type, default_type = PoolType(RESERVED), PoolType(DEFAULT)
+    default_cpus = reserved
+    free = set(available - reserved)
+    defs = list(enumerate(section.get("Pools", [])))
+    path = "policy.podpools.Pools"
+    # The built-in pools first: a customised default pool takes its CPUs before the user's pools.
+    for i, d in defs:
+        where = f"{path}[{i}]"
+        if d["Name"] == RESERVED:
+            if _sized(d):
+                count, cpus = _pool_size(d, where, len(free))
+                if count != 1:
+                    raise ConfigError(f"{where}.Instances", "the reserved pool has exactly one instance")
+                if cpus != len(reserved):
+                    raise ConfigError(f"{where}.CPU", f"the reserved pool's CPUs are the ReservedResources "
+                                                      f"({len(reserved)}), not {cpus}")
+            reserved_type.max_pods = d.get("MaxPods", 0)
+        elif d["Name"] == DEFAULT:
+            if _sized(d):
+                count, cpus = _pool_size(d, where, len(free))
+                if count != 1:
+                    raise ConfigError(f"{where}.Instances", "the default pool has exactly one instance")
+                if cpus > len(free):
+                    raise ConfigError(f"{where}.CPU", f"{cpus} CPUs wanted for the default pool, only {len(free)} "
+                                                      f"are neither reserved nor unavailable")
+                default_cpus = take_cpus(topology, free, cpus)
+                free -= default_cpus
+            default_type.max_pods = d.get("MaxPods", 0)
+    pools = [Pool(reserved_type, 0, reserved, "reserved"), Pool(default_type, 0, default_cpus, "shared")]
+    budget = len(free)  # what "Instances: N %" refers to
+    for i, d in defs:
+        if d["Name"] in (RESERVED, DEFAULT):
+            continue
+        where = f"{path}[{i}]"
+        count, cpus = _pool_size(d, where, budget)
+        if count == 0:
+            raise ConfigError(f"{where}.Instances", f"no instance of {cpus} CPUs fits in {d.get('Instances')!r} "
+                                                    f"of the {budget} CPUs left for pools")
+        fill = d.get("FillOrder", BALANCED)
+        if count > 1 and fill == PACKED and d.get("MaxPods", 0) == 0:
+            raise ConfigError(f"{where}.MaxPods", f"{count - 1} instance(s) unreachable: FillOrder Packed fills "
+                                                  f"the first instance forever when MaxPods is 0 (unlimited)")
+        t = PoolType(d["Name"], d.get("MaxPods", 0), fill)
+        for instance in range(count):
+            if cpus > len(free):
+                raise ConfigError(f"{where}.Instances", f"insufficient CPUs for {t.name}[{instance}]: it needs "
+                                                        f"{cpus}, {len(free)} are left")
+            taken = take_cpus(topology, free, cpus)
+            free -= taken
+            pools.append(Pool(t, instance, taken, "pool"))
+    if free:  # left over: the default pool's (its own CPUs if customised, else instead of the reserved ones)
+        default = pools[1]
+        default.cpus = default.cpus | free if not default.cpus & reserved else frozenset(free)
+    return pools
+
+
+class PodpoolsPolicy(Policy):
+    name = "podpools"
+    description = "Pod-granularity placement: all containers of a pod share the CPUs of its pool instance."
+
+    def setup(self) -> None:
+        section = self.config.get("policy", {}).get("podpools", {})
+        self.pin_cpu = section.get("PinCPU", True)
+        self.pin_memory = section.get("PinMemory", True)
+        res = resolve_cpu_resources(self.config, self.topology, sysfs_root=self.sysfs_root)
+        self.available, self.reserved = res.available, res.reserved
+        if not self.reserved:
+            raise ConfigError("policy.ReservedResources.cpu", "the podpools policy needs at least one reserved CPU "
+                                                              "(the reserved pool, and the default pool's fallback)")
+        self.pools: dict[str, Pool] = {}
+        self._instances: dict[str, list[Pool]] = {}  # pool type -> its instances, in order
+        for pool in build_pools(section, self.topology, self.available, self.reserved):
+            pool.placement = (pool.cpus if self.pin_cpu else None,
+                              self.topology.nodes_of(pool.cpus) if self.pin_memory else None)
+            self.pools[pool.name] = pool
+            self._instances.setdefault(pool.type.name, []).append(pool)
+            log.info("podpools: pool %s cpus %s, MaxPods %d", pool.name, format_cpuset(pool.cpus), pool.type.max_pods)
+        self.reserved_pool = self._instances[RESERVED][0]
+        self.default_pool = self._instances[DEFAULT][0]
+        if len(self._instances) > 3:
+            log.warning("podpools: %d pool types on this node; kube-scheduler cannot tell which has room and may "
+                        "overbook them", len(self._instances) - 2)
+        self._group_state = {name: pool.cpus for name, pool in self.pools.items()}  # pools never change
+        self._reset_members()
+        # Pod -> the pool it left last (release + allocate of a resize, a failed create): it goes back there.
+        self._recent: dict[str, str] = {}
+
+    def _reset_members(self) -> None:
+        for pool in self.pools.values():
+            pool.members, pool.pods, pool.requested = {}, Counter(), 0
+        self._pod_pool: dict[str, Pool] = {}
+        self._pod_milli: Counter = Counter()  # pod -> milli-CPU its containers request now
+        self._pod_max: dict[str, int] = {}  # pod -> the most its containers requested at once
+
+    # -- choosing a pool ---------------------------------------------------------------------------
+    def _type_for(self, c: ContainerInfo) -> str:
+        wanted = next((c.pod_annotations[k] for k in (f"{POOL_KEY}/pod", POOL_KEY) if k in c.pod_annotations), None)
+        if wanted is None:
+            return RESERVED if c.namespace == KUBE_SYSTEM else DEFAULT
+        if wanted not in self._instances:
+            log.error("podpools: pod %s/%s asks for pool %r, which no pool definition names; using %s",
+                      c.namespace, c.pod_name, wanted, DEFAULT)
+            return DEFAULT
+        return wanted
+
+    def _choose(self, c: ContainerInfo) -> Pool:
+        type_name = self._type_for(c)
+        candidates = [p for p in self._instances[type_name] if p.has_room()]
+        if not candidates:
+            log.error("podpools: no %s pool has room for pod %s/%s; it runs in the %s pool", type_name,
+                      c.namespace, c.pod_name, DEFAULT)
+            return self.default_pool
+        recent = self._recent.pop(c.pod_id, None)
+        for pool in candidates:
+            if pool.name == recent:
+                return pool
+        order = candidates[0].type.fill_order
+        if order == BALANCED:
+            return min(candidates, key=lambda p: len(p.pods))
+        if order == PACKED:
+            return max(candidates, key=lambda p: (len(p.pods), -p.instance))
+        return candidates[0]
+
+    # -- membership --------------------------------------------------------------------------------
+    def _join(self, pool: Pool, cid: str, c: ContainerInfo) -> None:
+        pod, milli = c.pod_id, c.request_milli
+        pool.members[cid] = (pod, milli)
+        pool.requested += milli
+        if pod:
+            pool.pods[pod] += 1
+            self._pod_pool[pod] = pool
+            self._pod_milli[pod] += milli
+            self._pod_max[pod] = max(self._pod_max.get(pod, 0), self._pod_milli[pod])
+        if pool.requested > len(pool.cpus) * 1000:
+            log.error("podpools: overbooked pool %s (cpus %s): %dm requested of %dm", pool.name,
+                      format_cpuset(pool.cpus), pool.requested, len(pool.cpus) * 1000)
+
+    def _leave(self, pool: Pool, cid: str) -> None:
+        pod, milli = pool.members.pop(cid)
+        pool.requested -= milli
+        if not pod:
+            return
+        self._pod_milli[pod] -= milli
+        pool.pods[pod] -= 1
+        if pool.pods[pod] > 0:
+            return
+        del pool.pods[pod]
+        del self._pod_milli[pod]
+        self._pod_pool.pop(pod, None)
+        self._check_pod_request(pod, pool, self._pod_max.pop(pod, 0))
+        if len(self._recent) >= RECENT_LIMIT:
+            self._recent.pop(next(iter(self._recent)))
+        self._recent[pod] = pool.name
+
+    def _check_pod_request(self, pod: str, pool: Pool, milli: int) -> None:
+        """Upstream's check when a pod leaves: its containers should have asked for the pool's CPUs per pod."""
+        if pool.type.max_pods <= 0:
+            return
+        per_pod = len(pool.cpus) * 1000 // pool.type.max_pods
+        if abs(milli - per_pod) > POD_MILLI_MARGIN:
+            log.error("podpools: bad CPU requests: pod %s requested %d mCPUs, but pods in pool %s must request "
+                      "%d mCPUs", pod, milli, pool.type.name, per_pod)
+
+    # -- policy hooks ------------------------------------------------------------------------------
+    def decide(self, c: ContainerInfo) -> Grant:
+        pool = self._pod_pool.get(c.pod_id) if c.pod_id else None
+        if pool is None:
+            pool = self._choose(c)
+        return Grant(pool=pool.name, kind=pool.kind, shared_milli=c.request_milli)
+
+    def allocate(self, cid: str, container: ContainerInfo) -> None:
+        super().allocate(cid, container)
+        self._join(self.pools[self.grants[cid].pool], cid, container)
+
+    def on_release(self, cid: str, grant: Grant) -> None:
+        pool = self.pools.get(grant.pool)
+        if pool is not None and cid in pool.members:
+            self._leave(pool, cid)
+
+    def on_rename(self, old: str, new: str) -> None:
+        grant = self.grants.get(new)
+        pool = self.pools.get(grant.pool) if grant is not None else None
+        if pool is not None and old in pool.members:
+            pool.members[new] = pool.members.pop(old)
+
+    def placement(self, cid: str) -> Placement:
+        grant = self.grants.get(cid)
+        return (None, None) if grant is None else self.pools[grant.pool].placement
+
+    def group_of(self, cid: str) -> str | None:
+        grant = self.grants.get(cid)
+        return None if grant is None else grant.pool
+
+    def group_state(self) -> dict[str, Any]:
+        return self._group_state
+
+    def group_placement(self, key: str) -> Placement | None:
+        pool = self.pools.get(key)
+        return None if pool is None else pool.placement
+
+    def exclusive_sets(self) -> dict[str, frozenset[int]]:
+        """Every pool's CPUs but the reserved ones (the default pool's too when it has CPUs of its own)."""
+        return {name: p.cpus for name, p in self.pools.items() if not p.cpus & self.reserved}
+
+    def export_extra(self) -> dict[str, Any]:
+        return {"pools": {name: format_cpuset(p.cpus) for name, p in self.pools.items()}}
+
+    def restore_extra(self, data: dict[str, Any]) -> None:
+        cached = data.get("pools")
+        if not isinstance(cached, dict):
+            raise RestoreError("the cache holds no podpools pools")
+        self._reset_members()
+        for cid, grant in self.grants.items():
+            pool = self.pools.get(grant.pool)
+            try:
+                same = pool is not None and parse_cpuset(str(cached.get(grant.pool, ""))) == pool.cpus
+            except CpusetError:
+                same = False
+            if pool is None or not same:
+                raise RestoreError(f"cached pool {grant.pool} of {cid} is not a pool of this config")
+            c = self.containers[cid]
+            if c.pod_id in self._pod_pool and self._pod_pool[c.pod_id] is not pool:
+                raise RestoreError(f"cached containers of pod {c.pod_id} are in different pools")
+            if pool.type.name not in (DEFAULT, self._type_for(c)):
+                raise RestoreError(f"cached pool {grant.pool} of {cid} is not its pod's pool type")
+            self._join(pool, cid, c)
+        for pool in self.pools.values():
+            limit = pool.type.max_pods  # the default pool takes whoever finds no room elsewhere
+            if pool is not self.default_pool and limit != 0 and len(pool.pods) > max(limit, 0):
+                raise RestoreError(f"pool {pool.name} holds {len(pool.pods)} pods, MaxPods is {pool.type.max_pods}")
