@@ -17,18 +17,17 @@ neither is applied to that container, and both report it.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from resmgr.config import parse_cpu_quantity, parse_memory_quantity
+from resmgr.manager import expressions
+from resmgr.manager.expressions import OPERATORS as OPERATORS  # re-exported: one expression language
+from resmgr.manager.expressions import ContainerView, Expression, ExpressionError
+from resmgr.manager.expressions import container_view as container_view
 
-OPERATORS = ("Equals", "NotEqual", "In", "NotIn", "Exists", "NotExist", "AlwaysTrue",
-             "Matches", "MatchesNot", "MatchesAny", "MatchesNone")
-_NO_VALUES = ("Exists", "NotExist", "AlwaysTrue")
-_ONE_VALUE = ("Equals", "NotEqual", "Matches", "MatchesNot")
 SPEC_FIELDS = ("scope", "resources", "classes", "toptierLimit")
 RESOURCE_NAMES = ("cpu", "memory")
 CLASS_NAMES = ("rdt", "blockio")
@@ -43,76 +42,6 @@ class AdjustmentError(ValueError):
         self.field = field
         self.problem = problem
         super().__init__(f"invalid adjustment field {field}: {problem}")
-
-
-@dataclass(frozen=True)
-class ContainerView:
-    """What an adjustment's container expressions can look at."""
-
-    id: str
-    name: str
-    namespace: str = ""
-    pod_name: str = ""
-    pod_uid: str = ""
-    pod_id: str = ""
-    qos_class: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    pod_labels: Mapping[str, str] = field(default_factory=dict)
-    pod_annotations: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def pretty(self) -> str:
-        """``namespace/pod/container``: stable across restarts, unlike the runtime's id."""
-        return f"{self.namespace}/{self.pod_name}/{self.name}"
-
-    def resolve(self, key: str) -> str | None:
-        """The value an expression key refers to, None if the container has no such thing."""
-        simple = {"id": self.id, "name": self.name, "namespace": self.namespace, "qosclass": self.qos_class,
-                  "pod/name": self.pod_name, "pod/namespace": self.namespace, "pod/uid": self.pod_uid,
-                  "pod/id": self.pod_id}
-        if key in simple:
-            return simple[key]
-        for prefix, table in (("labels/", self.labels), ("annotations/", self.annotations),
-                              ("pod/labels/", self.pod_labels), ("pod/annotations/", self.pod_annotations)):
-            if key.startswith(prefix):
-                return table.get(key[len(prefix):])
-        return None
-
-
-@dataclass(frozen=True)
-class Expression:
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-    def matches(self, container: ContainerView) -> bool:
-        if self.operator == "AlwaysTrue":
-            return True
-        value = container.resolve(self.key)
-        op, values = self.operator, self.values
-        if op == "Exists":
-            return value is not None
-        if op == "NotExist":
-            return value is None
-        if value is None:
-            # A missing key equals nothing; only the negated operators hold.
-            return op in ("NotEqual", "NotIn", "MatchesNot", "MatchesNone")
-        if op == "Equals":
-            return value == values[0]
-        if op == "NotEqual":
-            return value != values[0]
-        if op == "In":
-            return value in values
-        if op == "NotIn":
-            return value not in values
-        if op == "Matches":
-            return fnmatch.fnmatchcase(value, values[0])
-        if op == "MatchesNot":
-            return not fnmatch.fnmatchcase(value, values[0])
-        if op == "MatchesAny":
-            return any(fnmatch.fnmatchcase(value, v) for v in values)
-        return not any(fnmatch.fnmatchcase(value, v) for v in values)  # MatchesNone
 
 
 @dataclass(frozen=True)
@@ -182,24 +111,10 @@ def _mapping(value: Any, path: str) -> dict[str, Any]:
 
 
 def parse_expression(raw: Any, path: str) -> Expression:
-    data = _mapping(raw, path)
-    unknown = sorted(set(data) - {"key", "operator", "values"})
-    if unknown:
-        raise AdjustmentError(f"{path}.{unknown[0]}", "unknown field; known fields: key, operator, values")
-    op = data.get("operator")
-    if op not in OPERATORS:
-        raise AdjustmentError(f"{path}.operator", f"unknown operator {op!r}; expected one of {', '.join(OPERATORS)}")
-    key = data.get("key", "")
-    if op != "AlwaysTrue" and (not isinstance(key, str) or not key):
-        raise AdjustmentError(f"{path}.key", "a non-empty key is required")
-    values = _string_list(data.get("values"), f"{path}.values")
-    if op in _NO_VALUES and values:
-        raise AdjustmentError(f"{path}.values", f"operator {op} takes no values")
-    if op in _ONE_VALUE and len(values) != 1:
-        raise AdjustmentError(f"{path}.values", f"operator {op} takes exactly one value, got {len(values)}")
-    if op in ("In", "NotIn", "MatchesAny", "MatchesNone") and not values:
-        raise AdjustmentError(f"{path}.values", f"operator {op} needs at least one value")
-    return Expression(key=str(key or ""), operator=op, values=values)
+    try:
+        return expressions.parse_expression(raw, path)
+    except ExpressionError as exc:
+        raise AdjustmentError(exc.field, exc.problem) from None
 
 
 def _parse_resources(section: dict[str, Any], path: str) -> dict[str, str]:
@@ -344,21 +259,3 @@ def plan_adjustments(node: str, specs: Mapping[str, Any], containers: Iterable[C
                     f"conflicts with adjustment {others}: more than one adjustment selects this container; "
                     "none of them is applied to it")
     return AdjustmentPlan(overrides=overrides, outcomes=outcomes)
-
-
-def container_view(info: Any, pod: Any = None) -> ContainerView:
-    """Adapt the resource manager's ContainerInfo (and PodInfo, if known) to a ContainerView."""
-    pod_labels = dict(getattr(pod, "labels", {}) or {})
-    return ContainerView(
-        id=str(getattr(info, "id", "")),
-        name=str(getattr(info, "name", "")),
-        namespace=str(getattr(info, "namespace", "") or getattr(pod, "namespace", "")),
-        pod_name=str(getattr(info, "pod_name", "") or getattr(pod, "name", "")),
-        pod_uid=str(getattr(pod, "uid", "")),
-        pod_id=str(getattr(info, "pod_id", "")),
-        qos_class=str(getattr(info, "qos", "") or ""),
-        labels=dict(getattr(info, "labels", {}) or {}),
-        annotations=dict(getattr(info, "annotations", {}) or {}),
-        pod_labels=pod_labels,
-        pod_annotations=dict(getattr(info, "pod_annotations", {}) or getattr(pod, "annotations", {}) or {}),
-    )
