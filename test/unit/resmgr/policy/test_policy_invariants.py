@@ -107,6 +107,29 @@ policy:
         MinBalloons: 1
         Namespaces: [fixed]
 """),
+    "dynamic-pools-2s": ("2s-2n-16c-2t", """\
+policy:
+  Active: dynamic-pools
+  ReservedResources:
+    cpu: 2
+  dynamic-pools:
+    ReservedPoolNamespaces: [monitoring]
+    DynamicPoolTypes:
+      - Name: app
+        Namespaces: ["app-*"]
+      - Name: fixed
+        Namespaces: [fixed]
+"""),
+    "dynamic-pools-tiny": ("tiny-2n-2c-2t", """\
+policy:
+  Active: dynamic-pools
+  ReservedResources:
+    cpu: 1
+  dynamic-pools:
+    DynamicPoolTypes:
+      - Name: app
+        Namespaces: ["app-*"]
+"""),
 }
 
 QOS = st.sampled_from(["guaranteed", "burstable", "besteffort"])
@@ -120,6 +143,7 @@ ANNOTATIONS = st.sampled_from([
     {"prefer-shared-cpus.cri-resource-manager.intel.com/pod": "false"},
     {"prefer-isolated-cpus.cri-resource-manager.intel.com/pod": "true"},
     {"balloon.balloons.cri-resource-manager.intel.com": "mediumBalloon"},
+    {"dynamic-pool.dynamic-pools.cri-resource-manager.intel.com/pod": "app"},
 ])
 
 
@@ -236,7 +260,8 @@ def make_machine(topology: Topology, config_text: str,
                     assert cset, f"{cid} has an empty cpuset: it would run on every CPU, exclusive ones included"
                     assert cset <= available, f"{cid} cpuset {cpus} outside available"
                     grant = policy.grants.get(cid)
-                    mine = grant.exclusive if grant is not None else frozenset()
+                    # A container may use what it owns, and the CPUs of the pool it was granted.
+                    mine = grant.exclusive | owned.get(grant.pool, frozenset()) if grant is not None else frozenset()
                     others = seen - mine
                     if policy.name != "balloons":
                         assert not cset & others, f"{cid} runs on another container's exclusive CPUs"
