@@ -81,6 +81,9 @@ class ContainerInfo:
     # CRI labels (kubelet's io.kubernetes.*) of the container and its pod: expression keys read them.
     labels: dict[str, str] = field(default_factory=dict)
     pod_labels: dict[str, str] = field(default_factory=dict)
+    # Env and command line, only where a policy reads them (policy_env, policy_command).
+    env: dict[str, str] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
 
     @property
     def is_kube_system(self) -> bool:
@@ -212,6 +215,25 @@ def pod_from_listed_sandbox(sandbox: Any) -> PodInfo:
                    labels=within_budget(sandbox.labels), annotations=within_budget(sandbox.annotations))
 
 
+# The cache is on disk and other variables or arguments may carry secrets: only what static-pools reads
+# for CMK compatibility is kept (its STP_*/CMK_* variables, a `cmk isolate` command line).
+POLICY_ENV_PREFIXES = ("STP_", "CMK_")
+MAX_POLICY_COMMAND = 4096
+
+
+def policy_env(envs: Any) -> dict[str, str]:
+    """The CRI KeyValue env entries a policy reads."""
+    return {kv.key: kv.value[:MAX_POLICY_COMMAND] for kv in envs if kv.key.startswith(POLICY_ENV_PREFIXES)}
+
+
+def policy_command(words: list[str]) -> list[str]:
+    """The command line (command + args) if it runs `cmk isolate`, else nothing."""
+    if sum(len(w) for w in words) > MAX_POLICY_COMMAND or not any("isolate" in w and "cmk" in w for w in
+                                                                   (" ".join(words), *words)):
+        return []
+    return list(words)
+
+
 def container_from_create_request(request: Any, pod: PodInfo | None) -> ContainerInfo:
     """A ContainerInfo (without id) from a CreateContainerRequest, estimating its resources."""
     config = request.config
@@ -252,6 +274,8 @@ def container_from_create_request(request: Any, pod: PodInfo | None) -> Containe
         pod_annotations=within_budget(pod_annotations),
         labels=within_budget(labels),
         pod_labels=within_budget(dict(sandbox.labels)) or dict(pod.labels),
+        env=policy_env(config.envs),
+        command=policy_command([*config.command, *config.args]),
     )
 
 
