@@ -126,6 +126,27 @@ class Grant:
                    shared_milli=int(data.get("shared_milli", 0)))
 
 
+@dataclass
+class ContainerEdits:
+    """Changes a policy makes to a container's CreateContainer config beyond its cpuset."""
+
+    env: dict[str, str] = field(default_factory=dict)  # set (added or replaced)
+    command: list[str] | None = None  # replaces command and args when set
+
+    def apply(self, config: Any) -> None:
+        """Apply to a CRI ContainerConfig (in place)."""
+        if self.env:
+            kept = [kv for kv in config.envs if kv.key not in self.env]
+            del config.envs[:]
+            config.envs.extend(kept)
+            for key, value in self.env.items():
+                config.envs.add(key=key, value=value)
+        if self.command is not None:
+            del config.command[:]
+            del config.args[:]
+            config.command.extend(self.command)
+
+
 class PolicyHooks(Protocol):
     """What a policy implements; ``Policy`` keeps containers and grants and calls these (one contract each)."""
 
@@ -194,6 +215,15 @@ class Policy:
         return (None, None)
 
     def export_extra(self) -> dict[str, Any]:
+        return {}
+
+    def create_edits(self, cid: str) -> ContainerEdits | None:
+        """Env/command changes for the container being created (static-pools' CMK variables); None: none."""
+        return None
+
+    def node_resources(self) -> dict[str, Any]:
+        """What cri-resmgr-agent should publish on the node for this policy: {"capacity": {extended resource:
+        quantity}, "labels": {name: value}, "taints": [{key, value, effect}]}; empty: nothing."""
         return {}
 
     def restore_extra(self, data: dict[str, Any]) -> None:
