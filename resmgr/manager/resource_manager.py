@@ -368,10 +368,13 @@ class ResourceManager:
         updates = diff_groups(self.policy, old, skip=key, reason=reason)
         if updates:  # the reservation moved running containers: the cache must know where they are
             self.save()
-        if cpus is None and mems is None:
+        edits = self.policy.create_edits(key)
+        if cpus is None and mems is None and edits is None:
             return HookResult(updates=updates, call=record)
         new_request = type(request)()
         new_request.CopyFrom(request)
+        if edits is not None:
+            edits.apply(new_request.config)
         resources = new_request.config.linux.resources
         if cpus is not None:
             resources.cpuset_cpus = format_cpuset(cpus)
