@@ -24,12 +24,13 @@ from typing import Any
 
 from resmgr.config.constraints import parse_cpu_constraint, parse_cpu_quantity
 from resmgr.config.errors import ConfigError
+from resmgr.config.pool_sizes import parse_instances, parse_pool_cpus
 
 # Policies this cri-resmgr implements; resmgr.policy.registry must agree (tested).
-POLICY_NAMES: tuple[str, ...] = ("none", "static", "topology-aware", "balloons", "dynamic-pools")
+POLICY_NAMES: tuple[str, ...] = ("none", "static", "topology-aware", "balloons", "dynamic-pools", "podpools", "static-plus", "static-pools")
 # Policies cri-resource-manager knows but this implementation does not run.
 # A config that activates one of them is accepted and runs the no-op policy, reported as ignored.
-FOREIGN_POLICY_NAMES: tuple[str, ...] = ("static-plus", "static-pools", "podpools")
+FOREIGN_POLICY_NAMES: tuple[str, ...] = ()
 FOREIGN_POLICY_FALLBACK = "none"
 # Upstream's alias of topology-aware (the same code, registered twice, options under policy.memtier).
 # This topology-aware places CPUs and memory nodes but knows no memory tiers (PMEM/HBM placement,
@@ -409,14 +410,16 @@ BALLOON_TYPE = Struct({
 }, required=("Name",), validators=(_balloon_type_checks,))
 
 
-def _unique_balloon_names(section: dict[str, Any], path: str) -> None:
-    seen: dict[str, int] = {}
-    for i, bt in enumerate(section.get("BalloonTypes", [])):
-        if bt["Name"] in seen:
-            first = seen[bt["Name"]]
-            raise ConfigError(f"{_join(path, 'BalloonTypes')}[{i}].Name",
-                              f"duplicate balloon type name {bt['Name']!r} (also BalloonTypes[{first}])")
-        seen[bt["Name"]] = i
+def _unique_names(list_field: str, what: str) -> Callable[[dict[str, Any], str], None]:
+    """A validator: the entries of ``list_field`` have distinct ``Name``s."""
+    def check(section: dict[str, Any], path: str) -> None:
+        seen: dict[str, int] = {}
+        for i, item in enumerate(section.get(list_field, [])):
+            if item["Name"] in seen:
+                raise ConfigError(f"{_join(path, list_field)}[{i}].Name",
+                                  f"duplicate {what} name {item['Name']!r} (also {list_field}[{seen[item['Name']]}])")
+            seen[item["Name"]] = i
+    return check
 
 
 BALLOONS = Struct({
@@ -427,7 +430,7 @@ BALLOONS = Struct({
     "IdleCPUClass": Ignored(Str(), NO_CPU_CLASSES),
     "AllocatorTopologyBalancing": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
     "PreferSpreadOnPhysicalCores": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
-}, validators=(_unique_balloon_names,))
+}, validators=(_unique_names("BalloonTypes", "balloon type"),))
 
 TOPOLOGY_AWARE = Struct({
     "PinCPU": Bool(),
@@ -461,17 +464,30 @@ STATIC_POOLS = Struct({
     "TaintNode": Bool(),
 })
 
+
+def _pod_pool_checks(pool: dict[str, Any], path: str) -> None:
+    """CPU and Instances parse as upstream's podpools parses them; only the built-in pools may leave CPU out."""
+    builtin = pool["Name"] in ("reserved", "default")
+    for name, parse in (("CPU", parse_pool_cpus), ("Instances", parse_instances)):
+        if pool.get(name) in (None, "") and (builtin or name == "Instances"):
+            continue
+        try:
+            parse(pool.get(name))
+        except ValueError as exc:
+            raise ConfigError(_join(path, name), str(exc)) from None
+
+
 PODPOOLS = Struct({
     "PinCPU": Bool(),
     "PinMemory": Bool(),
     "Pools": ListOf(Struct({
         "Name": Str(non_empty=True),
-        "CPU": OneOf(Str(), Int(), expected="a CPU count or quantity"),
-        "MaxPods": Int(),
+        "CPU": OneOf(Str(), Int(), expected="a number of CPUs"),
+        "MaxPods": Int(minimum=-1),  # 0: unlimited, -1: no pods
         "Instances": OneOf(Str(), Int(), expected="a count, a CPU quantity or a percentage"),
         "FillOrder": Str(choices=("Balanced", "Packed", "FirstFree")),
-    })),
-})
+    }, required=("Name",), validators=(_pod_pool_checks,))),
+}, validators=(_unique_names("Pools", "pool"),))
 
 DYNAMIC_POOLS = Struct({
     "PinCPU": Bool(),
@@ -542,9 +558,9 @@ POLICY = Struct({
     "memtier": TOPOLOGY_AWARE,
     "balloons": BALLOONS,
     "static": STATIC,
-    "static-plus": Ignored(Opaque(), NO_POLICY),
-    "static-pools": Ignored(STATIC_POOLS, NO_POLICY),
-    "podpools": Ignored(PODPOOLS, NO_POLICY),
+    "static-plus": Struct({}),  # upstream's static-plus has no options
+    "static-pools": STATIC_POOLS,
+    "podpools": PODPOOLS,
     "dynamic-pools": DYNAMIC_POOLS,
 }, validators=(_active_known, _reserved_within_available))
 
