@@ -8,12 +8,14 @@ from resmgr.policy.balloons import BalloonsPolicy
 from resmgr.policy.base import Policy
 from resmgr.policy.dynamic_pools import DynamicPoolsPolicy
 from resmgr.policy.none import NonePolicy
+from resmgr.policy.podpools import PodpoolsPolicy
 from resmgr.policy.static import StaticPolicy
 from resmgr.policy.topology_aware import TopologyAwarePolicy
 from resmgr.topology.model import Topology
 
 _POLICIES: dict[str, type[Policy]] = {
-    p.name: p for p in (NonePolicy, StaticPolicy, TopologyAwarePolicy, BalloonsPolicy, DynamicPoolsPolicy)
+    p.name: p for p in (NonePolicy, StaticPolicy, TopologyAwarePolicy, BalloonsPolicy, DynamicPoolsPolicy,
+                            PodpoolsPolicy)
 }
 
 
