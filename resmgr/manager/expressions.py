@@ -72,9 +72,12 @@ class PodView:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
 
+    _KEYS = {"name": "name", "namespace": "namespace", "qosclass": "qos_class", "id": "id", "uid": "uid",
+             "labels": "labels", "annotations": "annotations"}
+
     def eval_key(self, key: str) -> str | Mapping[str, str] | None:
-        return {"name": self.name, "namespace": self.namespace, "qosclass": self.qos_class, "id": self.id,
-                "uid": self.uid, "labels": self.labels, "annotations": self.annotations}.get(key)
+        attr = self._KEYS.get(key)
+        return None if attr is None else getattr(self, attr)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,9 @@ class ContainerView:
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
     tags: Mapping[str, str] = field(default_factory=dict)
 
+    _KEYS = {"pod": "pod", "name": "name", "namespace": "namespace", "qosclass": "qos_class", "id": "id",
+             "labels": "labels", "tags": "tags", "annotations": "annotations"}
+
     @property
     def pretty(self) -> str:
         """``namespace/pod/container``: stable across restarts, unlike the runtime's id."""
@@ -105,20 +111,24 @@ class ContainerView:
                        qos_class=self.qos_class, labels=self.pod_labels, annotations=self.pod_annotations)
 
     def eval_key(self, key: str) -> str | Mapping[str, str] | Evaluable | None:
-        if key == "pod":
-            return self.pod
-        return {"name": self.name, "namespace": self.namespace, "qosclass": self.qos_class, "id": self.id,
-                "labels": self.labels, "tags": self.tags, "annotations": self.annotations}.get(key)
+        attr = self._KEYS.get(key)
+        return None if attr is None else getattr(self, attr)
+
+
+@functools.lru_cache(maxsize=1024)
+def _ref_path(spec: str) -> tuple[str, ...]:
+    """A key's path elements, cleaned like Go's path.Clean; a bare dotted key names a label."""
+    spec = posixpath.normpath(spec) if spec else "."
+    if spec.startswith("//"):
+        spec = spec[1:]
+    if "/" not in spec and "." in spec:
+        return ("labels", spec)
+    return tuple(spec.split("/"))
 
 
 def resolve_ref(subject: Evaluable, spec: str) -> str | None:
     """Walk ``subject`` along the path ``spec`` (upstream's ResolveRef); None if it leads nowhere."""
-    spec = posixpath.normpath(spec) if spec else "."
-    if spec.startswith("//"):
-        spec = spec[1:]
-    ref = spec.split("/")
-    if len(ref) == 1 and "." in spec:
-        ref = ["labels", spec]
+    ref = _ref_path(spec)
     obj: Any = subject
     for i, key in enumerate(ref):
         if isinstance(obj, str):
@@ -140,17 +150,18 @@ def _valid_separator(ch: str) -> bool:
     return not (ch.isascii() and (ch.isalnum() or ch in "/."))
 
 
-def split_keys(key: str) -> tuple[list[str], str]:
+@functools.lru_cache(maxsize=1024)
+def split_keys(key: str) -> tuple[tuple[str, ...], str]:
     """A joint key's parts and value separator (upstream's splitKeys); a plain key is one part."""
     if len(key) < 4 or key[0] != ":":
-        return [key], ""
+        return (key,), ""
     rest = key[1:]
     ksep, vsep = rest[0], rest[1]
     if _valid_separator(ksep) and _valid_separator(vsep):
         rest = rest[2:]
     else:
         ksep = vsep = ":"
-    return rest.split(ksep), vsep
+    return tuple(rest.split(ksep)), vsep
 
 
 def key_value(subject: Evaluable, key: str) -> str | None:

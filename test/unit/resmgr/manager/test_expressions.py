@@ -38,9 +38,9 @@ def test_key_resolution(key, value):
 
 
 def test_joint_keys_simple_and_full_form():
-    assert split_keys(":pod/name:name") == (["pod/name", "name"], ":")
-    assert split_keys(":;-pod/name;name") == (["pod/name", "name"], "-")
-    assert split_keys("name") == (["name"], "")
+    assert split_keys(":pod/name:name") == (("pod/name", "name"), ":")
+    assert split_keys(":;-pod/name;name") == (("pod/name", "name"), "-")
+    assert split_keys("name") == (("name",), "")
     assert key_value(C, ":pod/name:name") == "web-0:web"
     assert key_value(C, ":,|namespace,labels/missing,name") == "prod||web"  # missing part: empty
     assert key_value(C, ":labels/x:labels/y") is None  # exists if ANY part exists
