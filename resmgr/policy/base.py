@@ -226,6 +226,10 @@ class Policy:
         quantity}, "labels": {name: value}, "taints": [{key, value, effect}]}; empty: nothing."""
         return {}
 
+    def cpu_classes(self) -> dict[str, frozenset[int]]:
+        """CPU class name -> the CPUs in it now (resmgr.control.cpu_classes enforces them); empty: none."""
+        return {}
+
     def restore_extra(self, data: dict[str, Any]) -> None:
         """Rebuild derived state from exported data; raise RestoreError if inconsistent."""
 
