@@ -49,6 +49,7 @@ class BalloonType:
     priority: int = 0
     prefer_new: bool = False
     prefer_spreading_pods: bool = False
+    cpu_class: str = ""  # CPU class of the balloon's CPUs (resmgr.control.cpu_classes)
 
     @classmethod
     def from_config(cls, bt: dict[str, Any]) -> BalloonType:
@@ -56,7 +57,7 @@ class BalloonType:
                    min_balloons=bt.get("MinBalloons", 0), max_balloons=bt.get("MaxBalloons", 0),
                    namespaces=list(bt.get("Namespaces", [])), priority=bt.get("AllocatorPriority", 0),
                    prefer_new=bt.get("PreferNewBalloons", False),
-                   prefer_spreading_pods=bt.get("PreferSpreadingPods", False))
+                   prefer_spreading_pods=bt.get("PreferSpreadingPods", False), cpu_class=bt.get("CPUClass", ""))
 
 
 @dataclass
@@ -93,6 +94,7 @@ class BalloonsPolicy(Policy):
         self.pin_cpu = section.get("PinCPU", True)
         self.pin_memory = section.get("PinMemory", True)
         self.reserved_namespaces = list(section.get("ReservedPoolNamespaces", ["kube-system"]))
+        self.idle_cpu_class = section.get("IdleCPUClass", "")
         res = resolve_cpu_resources(self.config, self.topology, sysfs_root=self.sysfs_root)
         self.available, self.reserved = res.available, res.reserved
         self.types: dict[str, BalloonType] = {}
@@ -262,6 +264,16 @@ class BalloonsPolicy(Policy):
         state: dict[str, Any] = {name: b.cpus for name, b in self.balloons.items()}
         state[RESERVED] = self.reserved
         return state
+
+    def cpu_classes(self) -> dict[str, frozenset[int]]:
+        """Upstream's rule: a balloon's CPUs are in its type's CPUClass, the free CPUs in IdleCPUClass."""
+        classes: dict[str, set[int]] = {}
+        reserved = self.types.get(RESERVED)
+        for name, cpus in ((self.idle_cpu_class, self._free), (reserved.cpu_class if reserved else "", self.reserved),
+                           *((self.types[b.type].cpu_class, b.cpus) for b in self.balloons.values())):
+            if name and cpus:
+                classes.setdefault(name, set()).update(cpus)
+        return {name: frozenset(cpus) for name, cpus in classes.items()}
 
     def exclusive_sets(self) -> dict[str, frozenset[int]]:
         return {name: b.cpus for name, b in self.balloons.items() if b.cpus}
