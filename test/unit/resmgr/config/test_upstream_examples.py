@@ -47,7 +47,7 @@ def test_configmap_examples_are_accepted(path: Path) -> None:
                                          "instrumentation.PrometheusExport"]),
     ("balloons-md-0.cfg", "balloons", ["policy.balloons.IdleCPUClass", "policy.balloons.BalloonTypes[0].CPUClass",
                                        "cpu"]),
-    ("podpools-policy.cfg", "none", ["policy.podpools", "policy.Active: podpools (not implemented; runs none)"]),
+    ("podpools-policy.cfg", "podpools", []),
     ("dynamic-pools-md-0.cfg", "dynamic-pools", ["cpu", "policy.dynamic-pools.DynamicPoolTypes[0].CPUClass",
                                                  "policy.dynamic-pools.DynamicPoolTypes[1].CPUClass"]),
     ("topology-aware-md-6.cfg", "topology-aware", ["policy.topology-aware.DirtyBitScanPeriod",
@@ -112,6 +112,14 @@ def test_memtier_runs_as_topology_aware_with_its_own_options() -> None:
     ("policy:\n  podpools:\n    Pools:\n      - Name: a\n        FillOrder: Random\n",
      "policy.podpools.Pools[0].FillOrder", "unknown value"),
     ("policy:\n  Active: podpool\n", "policy.Active", "did you mean 'podpools'"),
+    ("policy:\n  podpools:\n    Pools:\n      - Name: a\n        CPU: 2500m\n", "policy.podpools.Pools[0].CPU",
+     "invalid CPUs per pool"),
+    ("policy:\n  podpools:\n    Pools:\n      - Name: a\n        MaxPods: 1\n", "policy.podpools.Pools[0].CPU",
+     "missing CPUs"),
+    ("policy:\n  podpools:\n    Pools:\n      - {Name: a, CPU: 1, Instances: 100 % CPUs}\n",
+     "policy.podpools.Pools[0].Instances", "invalid Instances"),
+    ("policy:\n  podpools:\n    Pools:\n      - {Name: a, CPU: 1}\n      - {Name: a, CPU: 2}\n",
+     "policy.podpools.Pools[1].Name", "duplicate pool name"),
 ])
 def test_typos_and_bad_values_stay_errors(text: str, field: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
