@@ -10,12 +10,14 @@ from resmgr.policy.dynamic_pools import DynamicPoolsPolicy
 from resmgr.policy.none import NonePolicy
 from resmgr.policy.podpools import PodpoolsPolicy
 from resmgr.policy.static import StaticPolicy
+from resmgr.policy.static_plus import StaticPlusPolicy
+from resmgr.policy.static_pools import StaticPoolsPolicy
 from resmgr.policy.topology_aware import TopologyAwarePolicy
 from resmgr.topology.model import Topology
 
 _POLICIES: dict[str, type[Policy]] = {
     p.name: p for p in (NonePolicy, StaticPolicy, TopologyAwarePolicy, BalloonsPolicy, DynamicPoolsPolicy,
-                            PodpoolsPolicy)
+                        PodpoolsPolicy, StaticPlusPolicy, StaticPoolsPolicy)
 }
 
 
