@@ -27,7 +27,8 @@ from resmgr.config.errors import ConfigError
 from resmgr.config.pool_sizes import parse_instances, parse_pool_cpus
 
 # Policies this cri-resmgr implements; resmgr.policy.registry must agree (tested).
-POLICY_NAMES: tuple[str, ...] = ("none", "static", "topology-aware", "balloons", "dynamic-pools", "podpools", "static-plus", "static-pools")
+POLICY_NAMES: tuple[str, ...] = ("none", "static", "topology-aware", "balloons",
+                                 "dynamic-pools", "podpools", "static-plus", "static-pools")
 # Policies cri-resource-manager knows but this implementation does not run.
 # A config that activates one of them is accepted and runs the no-op policy, reported as ignored.
 FOREIGN_POLICY_NAMES: tuple[str, ...] = ()
