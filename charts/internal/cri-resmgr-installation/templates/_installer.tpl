@@ -31,7 +31,8 @@ spec:
         checksum/static-configs: {{ toJson .root.Values.configs.static | sha256sum }}
     spec:
       serviceAccountName: cri-resmgr-installer
-      automountServiceAccountToken: false
+      # Its pod-bound token names the node, which the node-record policy checks.
+      automountServiceAccountToken: true
       priorityClassName: {{ .root.Values.installer.priorityClassName }}
       hostPID: true
       # cri-resmgr serves metrics on the host network; the metrics Service
@@ -56,6 +57,9 @@ spec:
           valueFrom:
             fieldRef:
               fieldPath: spec.nodeName
+        # Written into the node record; the extension counts only records of the rollout it expects.
+        - name: CRI_RESMGR_INSTALLER_DIGEST
+          value: {{ .root.Values.installer.digest | default "" | quote }}
         securityContext:
           privileged: true
         resources:

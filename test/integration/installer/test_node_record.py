@@ -1,0 +1,84 @@
+"""The installer's node record against a real API server: the chart's RBAC and admission policy let an
+installer pod write only its own node's Lease, and NodeRecorder writes and rewrites it there.
+
+The installation chart is applied for real (the test API server stands in for the shoot's); the
+installer's token is bound to a pod on one node, as the projected token in its DaemonSet pod is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from integration.extension.test_extension_charts import INSTALL_CHART, INSTALL_VALUES, helm
+from kubernetes import client
+
+from installer import node_record
+
+POLICY = "cri-resmgr-installer-own-node-record"
+
+
+def _coordination(url: str, token: str) -> client.CoordinationV1Api:
+    cfg = client.Configuration(host=url, api_key={"authorization": f"Bearer {token}"})
+    cfg.verify_ssl = False
+    return client.CoordinationV1Api(client.ApiClient(cfg))
+
+
+def test_installer_writes_only_its_own_node_record(tools, seed_api):
+    text = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
+                "--kube-version", "1.33.0", values=INSTALL_VALUES)
+    assert f"name: {POLICY}" in text
+    suffix = uuid.uuid4().hex[:6]
+    own, other, pod = f"own-{suffix}", f"other-{suffix}", f"installer-{suffix}"
+    seed_api.kubectl("apply", "-f", "-", input=text)
+    try:
+        for name in (own, other):
+            seed_api.kubectl("apply", "-f", "-", input=json.dumps(
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+        seed_api.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": "kube-system"},
+            "spec": {"nodeName": own, "serviceAccountName": "cri-resmgr-installer",
+                     "containers": [{"name": "installer", "image": "reg/installer:v1"}]}}))
+        token = seed_api.kubectl("create", "token", "cri-resmgr-installer", "-n", "kube-system",
+                                 "--bound-object-kind", "Pod", "--bound-object-name", pod,
+                                 "--duration", "10m").stdout.strip()
+        api = _coordination(seed_api.url, token)
+        # Another node's record: refused once the API server has loaded the policy.
+        intruder = node_record.NodeRecorder(api, other, "d1")
+        deadline = time.monotonic() + 30
+        while intruder.record(node_record.INSTALLED) and time.monotonic() < deadline:
+            seed_api.kubectl("delete", "lease", "-n", "kube-system", node_record.lease_name(other), check=False)
+            time.sleep(0.5)
+        assert not intruder.record(node_record.INSTALLED), "an installer wrote another node's record"
+        # A record under its own name but held by another node is refused too.
+        forged = node_record.NodeRecord(other, node_record.INSTALLED, "d1", time=node_record.now_rfc3339()).to_lease()
+        forged["metadata"]["name"] = node_record.lease_name(own)
+        try:
+            api.create_namespaced_lease("kube-system", forged)
+            raise AssertionError("a record held by another node was accepted")
+        except client.exceptions.ApiException as err:
+            assert err.status in (403, 422) and "may write only the record of the node" in err.body, err.body
+
+        # Its own record: created, then rewritten on a change of state.
+        recorder = node_record.NodeRecorder(api, own, "digest-1")
+        assert recorder.record(node_record.INSTALLED)
+        assert recorder.record(node_record.UNINSTALL_FAILED, "uninstall failed: boom")
+        lease = seed_api.kubectl("get", "lease", "-n", "kube-system", node_record.lease_name(own),
+                                 "-o", "json").stdout
+        rec = node_record.from_lease(json.loads(lease))
+        assert rec is not None and (rec.node, rec.state, rec.digest, rec.reason) == \
+            (own, node_record.UNINSTALL_FAILED, "digest-1", "uninstall failed: boom")
+        # Deleting records is not the installer's business: its Role has no delete.
+        try:
+            api.delete_namespaced_lease(node_record.lease_name(own), "kube-system")
+            raise AssertionError("the installer could delete its record")
+        except client.exceptions.ApiException as err:
+            assert err.status == 403, err.body
+    finally:
+        seed_api.kubectl("delete", "pod", pod, "-n", "kube-system", "--wait=false", check=False)
+        seed_api.kubectl("delete", "lease", "-n", "kube-system", node_record.lease_name(own),
+                         node_record.lease_name(other), "--ignore-not-found", check=False)
+        seed_api.kubectl("delete", "node", own, other, check=False)
+        seed_api.kubectl("delete", "validatingadmissionpolicybinding", POLICY, check=False)
+        seed_api.kubectl("delete", "validatingadmissionpolicy", POLICY, check=False)
