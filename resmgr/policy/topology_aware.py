@@ -29,6 +29,7 @@ from resmgr.policy.base import (
     resolve_cpu_resources,
 )
 from resmgr.policy.cpu_allocator import AllocationError, take_cpus
+from resmgr.policy.memory_tiers import PoolMemory
 from resmgr.topology.cpuset import format_cpuset
 
 RESERVED = "reserved"
@@ -64,6 +65,7 @@ class TopologyAwarePolicy(Policy):
         self.isolated = (self.topology.isolated & self.available) - self.reserved
         self.pools: dict[str, Pool] = {}
         self._build_tree()
+        self.memory = PoolMemory(self.topology, self.pools)  # memory tiers: pool mems become DRAM+PMEM
         self._taken: set[int] = set()
         self._direct: dict[str, int] = {name: 0 for name in self.pools}
         self._users: dict[str, int] = {name: 0 for name in self.pools}
@@ -235,10 +237,13 @@ class TopologyAwarePolicy(Policy):
         if colocated is not None:
             grant = self._try_pool(colocated, full, frac, isolate)
         if grant is None:
-            # Deepest pools first; among equals the one with the most free shared capacity.
+            # Pools with the annotated memory types first, then the deepest; among equals the one with
+            # the most free shared capacity.
+            lacks_memory = self.memory.lacking(c, self.pools)
+
             def rank(p: Pool) -> tuple:
                 lacks_isolated = bool(full and isolate and len(self._free_isolated(p)) < full)
-                return (-p.depth, lacks_isolated, -self._free_shared(p), p.name)
+                return (p.name in lacks_memory, -p.depth, lacks_isolated, -self._free_shared(p), p.name)
 
             ordered = sorted(self._by_depth, key=rank)
             for pool in ordered:
@@ -276,6 +281,10 @@ class TopologyAwarePolicy(Policy):
 
     def on_release(self, cid: str, grant: Grant) -> None:
         self._account(grant, -1)
+        self.memory.forget(cid)
+
+    def on_rename(self, old: str, new: str) -> None:
+        self.memory.rename(old, new)
 
     def placement(self, cid: str) -> Placement:
         grant = self.grants.get(cid)
@@ -284,12 +293,26 @@ class TopologyAwarePolicy(Policy):
         if grant.pool == RESERVED:
             return self._reserved_placement
         if not grant.exclusive:
-            return self._pool_placement[grant.pool]
-        pool = self.pools[grant.pool]
-        cpus = grant.exclusive
-        if grant.shared_milli:
-            cpus = cpus | self._shared[pool.name]
-        return self._pin(cpus, pool.mems)
+            placed = self._pool_placement[grant.pool]
+        else:
+            cpus = grant.exclusive
+            if grant.shared_milli:
+                cpus = cpus | self._shared[grant.pool]
+            placed = self._pin(cpus, self.pools[grant.pool].mems)
+        mems = self.memory.mems(cid, self.containers.get(cid), grant.pool, placed[1])
+        return placed if mems is placed[1] else (placed[0], mems)
+
+    # -- memory tiers: cold start (the resource manager runs the timers) ---------------------------
+    def cold_starts(self) -> dict[str, float]:
+        """Container id -> when its cold start ends (time.time()), for containers still placed."""
+        return self.memory.prune(self.grants)
+
+    def finish_cold_start(self, cid: str) -> bool:
+        """The cold start of ``cid`` is over: its mems widen to its memory types (True if it was cold)."""
+        return self.memory.finish_cold_start(cid)
+
+    def export_extra(self) -> dict[str, Any]:
+        return {"memory": self.memory.export(self.grants)}
 
     def group_of(self, cid: str) -> str | None:
         grant = self.grants.get(cid)
@@ -301,6 +324,7 @@ class TopologyAwarePolicy(Policy):
         return {**self._pool_placement, RESERVED: self._reserved_placement}
 
     def restore_extra(self, data: dict[str, Any]) -> None:
+        self.memory.restore(data.get("memory", {}), self.grants)
         self._taken = set()
         self._direct = {name: 0 for name in self.pools}
         self._users = {name: 0 for name in self.pools}
