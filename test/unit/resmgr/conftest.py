@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fixtures.sysfs_builder import EIGHT_NUMA_256, THIS_MACHINE, TWO_SOCKETS, build_sysfs
+from fixtures.sysfs_builder import EIGHT_NUMA_256, THIS_MACHINE, TIER_SHAPES, TWO_SOCKETS, build_sysfs
 
 from resmgr.topology import Topology, discover_topology
 
@@ -17,6 +17,8 @@ def sysfs_roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "this-machine": build_sysfs(base / "this-machine", THIS_MACHINE),
         "2s-2n-16c-2t": build_sysfs(base / "2s", TWO_SOCKETS, isolated=frozenset({5, 6, 69, 70})),
         "8numa-256": build_sysfs(base / "8numa", EIGHT_NUMA_256),
+        # memory tiers (PMEM, HBM beside the DRAM nodes)
+        **{name: build_sysfs(base / name, shape) for name, shape in TIER_SHAPES.items()},
     }
 
 
