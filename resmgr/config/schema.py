@@ -363,9 +363,10 @@ class AllocatorPriority(Spec):
 NO_CPU_CLASSES = "CPU classes (frequency/uncore control) are not implemented"
 NO_TOPOLOGY_BALANCING = "the CPU allocator packs; topology balancing/spreading options are not implemented"
 NO_POLICY = "this policy is not implemented by this cri-resmgr"
-NO_RDT = "RDT (resctrl) control is not implemented"
-NO_BLOCKIO = "block I/O control is not implemented"
-NO_CONTROLLERS = "resource controllers (rdt, blockio, cpu classes, page migration) are not implemented"
+NO_STATIC_RDT = "the static policy's own RDT switch is not applied; RDT classes come from the rdt controller"
+NO_PAGE_MIGRATION = "page migration (memory tier demotion) is not implemented"
+NO_ENERGY_PREFERENCE = "energy performance preference is not applied (upstream's CPU controller does not apply it either)"
+NO_RDT_MONITORING = "RDT monitoring groups are not created"
 NO_MEMORY_TIERS = "memory tiers (PMEM/HBM placement, page demotion) are not implemented"
 NO_TRACING = "tracing (OpenCensus/Jaeger) is not implemented; metrics are always exported"
 NO_KLOG = "this cri-resmgr logs with Python logging: klog options do not apply"
@@ -402,7 +403,7 @@ BALLOON_TYPE = Struct({
     "PreferSpreadingPods": Bool(),
     "PreferNewBalloons": Bool(),
     # upstream's json name is CpuClass; matching is case-insensitive
-    "CPUClass": Ignored(Str(), NO_CPU_CLASSES),
+    "CPUClass": Str(),
     "PreferPerNamespaceBalloon": Ignored(Bool(), NOT_APPLIED),
     "ShareIdleCPUsInSame": Ignored(Str(choices=("", "system", "package", "die", "numa", "core", "thread")),
                                    NOT_APPLIED),
@@ -428,7 +429,7 @@ BALLOONS = Struct({
     "PinMemory": Bool(),
     "ReservedPoolNamespaces": StrList(item_check=_check_glob),
     "BalloonTypes": ListOf(BALLOON_TYPE),
-    "IdleCPUClass": Ignored(Str(), NO_CPU_CLASSES),
+    "IdleCPUClass": Str(),
     "AllocatorTopologyBalancing": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
     "PreferSpreadOnPhysicalCores": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
 }, validators=(_unique_names("BalloonTypes", "balloon type"),))
@@ -449,7 +450,7 @@ TOPOLOGY_AWARE = Struct({
 
 STATIC = Struct({
     "RelaxedIsolation": Ignored(Bool(), NOT_APPLIED),
-    "Rdt": Ignored(OneOf(Bool(), Str(choices=("auto",)), expected="true, false or 'auto'"), NO_RDT),
+    "Rdt": Ignored(OneOf(Bool(), Str(choices=("auto",)), expected="true, false or 'auto'"), NO_STATIC_RDT),
 })
 
 STATIC_POOLS = Struct({
@@ -610,11 +611,11 @@ def _check_controller_mode(text: str) -> None:
 RESOURCE_MANAGER = Struct({
     "control": Struct({
         "Controllers": MapOf(Str(check=_check_controller_mode)),
-        "page-migration": Struct({
+        "page-migration": Ignored(Struct({
             "PageScanInterval": DURATION,
             "PageMoveInterval": DURATION,
             "MaxPageMoveCount": Int(),
-        }),
+        }), NO_PAGE_MIGRATION),
     }),
 })
 
@@ -622,7 +623,7 @@ CPU = Struct({
     "classes": MapOf(Struct({
         "minFreq": Int(),
         "maxFreq": Int(),
-        "energyPerformancePreference": Int(),
+        "energyPerformancePreference": Ignored(Int(), NO_ENERGY_PREFERENCE),
         "uncoreMinFreq": Int(),
         "uncoreMaxFreq": Int(),
     })),
@@ -639,7 +640,7 @@ _RDT_CLASS = Struct({
 RDT = Struct({
     "options": Struct({
         "mode": Str(choices=("Disabled", "Discovery", "Full")),
-        "monitoringDisabled": Bool(),
+        "monitoringDisabled": Ignored(Bool(), NO_RDT_MONITORING),
         "l2": Struct({"optional": Bool()}),
         "l3": Struct({"optional": Bool()}),
         "mb": Struct({"optional": Bool()}),
@@ -669,10 +670,10 @@ CONFIG = Struct({
     "logger": LOGGER,
     "dump": DUMP,
     "instrumentation": INSTRUMENTATION,
-    "resource-manager": Ignored(RESOURCE_MANAGER, NO_CONTROLLERS),
-    "cpu": Ignored(CPU, NO_CPU_CLASSES),
-    "rdt": Ignored(RDT, NO_RDT),
-    "blockio": Ignored(BLOCKIO, NO_BLOCKIO),
+    "resource-manager": RESOURCE_MANAGER,
+    "cpu": CPU,
+    "rdt": RDT,
+    "blockio": BLOCKIO,
 })
 
 
