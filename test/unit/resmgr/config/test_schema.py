@@ -120,7 +120,7 @@ def test_sections_form() -> None:
     }
     cfg, ignored = check_config_sections(data, source="cri-resmgr-config.default")
     assert cfg["policy"]["Active"] == "topology-aware"
-    assert "rdt" not in cfg and ignored == ["rdt"]  # checked, accepted, not applied
+    assert cfg["rdt"] == {"options": {"l3": {"optional": True}}} and ignored == []  # the rdt controller applies it
     with pytest.raises(ConfigError) as info:
         validate_config_sections({"policy": "Active: nope\n"}, source="cm")
     assert info.value.field == "policy.Active" and str(info.value).startswith("cm: ")

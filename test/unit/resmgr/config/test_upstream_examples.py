@@ -37,25 +37,22 @@ def test_configmap_examples_are_accepted(path: Path) -> None:
     for cm in maps:
         config, ignored = check_config_sections(cm["data"], source=cm["metadata"]["name"])
         assert config["policy"]["Active"] == "topology-aware"
-        assert "rdt" in ignored and "policy.static-pools" in ignored and "policy.static.RelaxedIsolation" in ignored
+        assert "rdt.options.monitoringDisabled" in ignored and "policy.static-pools" in ignored and "policy.static.RelaxedIsolation" in ignored
 
 
 @pytest.mark.parametrize(("name", "active", "ignored"), [
-    ("balloons-policy.cfg", "balloons", ["policy.balloons.IdleCPUClass", "policy.balloons.BalloonTypes[0].CPUClass",
-                                         "policy.balloons.BalloonTypes[0].PreferPerNamespaceBalloon",
-                                         "policy.balloons.BalloonTypes[1].CPUClass", "cpu",
+    ("balloons-policy.cfg", "balloons", ["policy.balloons.BalloonTypes[0].PreferPerNamespaceBalloon",
                                          "instrumentation.PrometheusExport"]),
-    ("balloons-md-0.cfg", "balloons", ["policy.balloons.IdleCPUClass", "policy.balloons.BalloonTypes[0].CPUClass",
-                                       "cpu"]),
+    ("balloons-md-0.cfg", "balloons", []),
     ("podpools-policy.cfg", "podpools", []),
-    ("dynamic-pools-md-0.cfg", "dynamic-pools", ["cpu", "policy.dynamic-pools.DynamicPoolTypes[0].CPUClass",
+    ("dynamic-pools-md-0.cfg", "dynamic-pools", ["policy.dynamic-pools.DynamicPoolTypes[0].CPUClass",
                                                  "policy.dynamic-pools.DynamicPoolTypes[1].CPUClass"]),
     ("topology-aware-md-6.cfg", "topology-aware", ["policy.topology-aware.DirtyBitScanPeriod",
                                                    "policy.topology-aware.PageMovePeriod",
                                                    "policy.topology-aware.PageMoveCount"]),
     ("static-pools-md-3.cfg", None, ["policy.static-pools"]),
-    ("rdt-md-0.cfg", None, ["rdt"]),
-    ("blockio.cfg", "none", ["blockio"]),
+    ("rdt-md-0.cfg", None, ["rdt.options.monitoringDisabled"]),
+    ("blockio.cfg", "none", []),
     ("topology-aware-policy.cfg", "topology-aware", []),
     ("static-policy.cfg", "static", []),
     ("cri-full-message-dump.cfg", "none", []),
