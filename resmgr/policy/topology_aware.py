@@ -18,7 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from resmgr.manager.resources import QOS_BESTEFFORT, QOS_GUARANTEED, ContainerInfo, preference_flag
+from resmgr.manager.resources import (
+    QOS_BESTEFFORT,
+    QOS_GUARANTEED,
+    ContainerInfo,
+    go_parse_bool,
+    preference_annotation,
+    preference_flag,
+)
+from resmgr.policy.affinity import AffinityScorer, container_affinities, pool_scores
 from resmgr.policy.base import (
     Grant,
     Placement,
@@ -35,6 +43,7 @@ from resmgr.topology.cpuset import format_cpuset
 RESERVED = "reserved"
 PREFER_ISOLATED_KEY = "prefer-isolated-cpus.cri-resource-manager.intel.com"
 PREFER_SHARED_KEY = "prefer-shared-cpus.cri-resource-manager.intel.com"
+PREFER_RESERVED_KEY = "prefer-reserved-cpus.cri-resource-manager.intel.com"
 
 DEFAULTS = {"PinCPU": True, "PinMemory": True, "PreferIsolatedCPUs": True, "PreferSharedCPUs": False,
             "ReservedPoolNamespaces": ["kube-system"], "ColocatePods": False, "ColocateNamespaces": False}
@@ -65,6 +74,7 @@ class TopologyAwarePolicy(Policy):
         self.isolated = (self.topology.isolated & self.available) - self.reserved
         self.pools: dict[str, Pool] = {}
         self._build_tree()
+        self._affinity = AffinityScorer()
         self.memory = PoolMemory(self.topology, self.pools)  # memory tiers: pool mems become DRAM+PMEM
         self._taken: set[int] = set()
         self._direct: dict[str, int] = {name: 0 for name in self.pools}
@@ -191,18 +201,6 @@ class TopologyAwarePolicy(Policy):
                 return False
         return True
 
-    def _colocated_pool(self, c: ContainerInfo) -> Pool | None:
-        if not (self.opts["ColocatePods"] or self.opts["ColocateNamespaces"]):
-            return None
-        for cid, g in self.grants.items():
-            other = self.containers.get(cid)
-            if other is None or g.pool == RESERVED:
-                continue
-            if (self.opts["ColocatePods"] and other.pod_id == c.pod_id) or (
-                    self.opts["ColocateNamespaces"] and other.namespace == c.namespace):
-                return self.pools.get(g.pool)
-        return None
-
     def _try_pool(self, pool: Pool, full: int, frac: int, isolate: bool) -> Grant | None:
         if full:
             free_iso = self._free_isolated(pool)
@@ -224,7 +222,8 @@ class TopologyAwarePolicy(Policy):
         return Grant(pool=pool.name, kind="shared", shared_milli=frac)
 
     def decide(self, c: ContainerInfo) -> Grant:
-        if is_reserved_namespace(c, list(self.opts["ReservedPoolNamespaces"])):
+        reserved_note = prefers_reserved(c)
+        if reserved_note or (reserved_note is None and is_reserved_namespace(c, self.opts["ReservedPoolNamespaces"])):
             if self.reserved:
                 return Grant(pool=RESERVED, kind="reserved", shared_milli=c.request_milli)
             # No reserved CPUs (ReservedResources 0): upstream's fallback, the root pool's shared CPUs.
@@ -233,27 +232,40 @@ class TopologyAwarePolicy(Policy):
             return grant
         full, frac, isolate = self._preferences(c)
         grant = None
-        colocated = self._colocated_pool(c)
-        if colocated is not None:
-            grant = self._try_pool(colocated, full, frac, isolate)
-        if grant is None:
-            # Pools with the annotated memory types first, then the deepest; among equals the one with
-            # the most free shared capacity.
-            lacks_memory = self.memory.lacking(c, self.pools)
+        affinity = self._affinity_scores(c)
+        # Pools with the annotated memory types first, then the deepest; among equals the one with
+        # the most free shared capacity.
+        lacks_memory = self.memory.lacking(c, self.pools)
 
-            def rank(p: Pool) -> tuple:
-                lacks_isolated = bool(full and isolate and len(self._free_isolated(p)) < full)
-                return (p.name in lacks_memory, -p.depth, lacks_isolated, -self._free_shared(p), p.name)
+        def rank(p: Pool) -> tuple:
+            lacks_isolated = bool(full and isolate and len(self._free_isolated(p)) < full)
+            return (-affinity.get(p.name, 0.0),
+                    p.name in lacks_memory, -p.depth, lacks_isolated, -self._free_shared(p), p.name)
 
-            ordered = sorted(self._by_depth, key=rank)
-            for pool in ordered:
-                grant = self._try_pool(pool, full, frac, isolate)
-                if grant is not None:
-                    break
+        # Affinity ranks first (see rank); kube-system opted out of the reserved CPUs: the root pool, as upstream.
+        ordered = [self.pools["root"]] if c.is_kube_system else sorted(self._by_depth, key=rank)
+        for pool in ordered:
+            grant = self._try_pool(pool, full, frac, isolate)
+            if grant is not None:
+                break
         if grant is None:
             grant = self._fallback(c, full, frac)
         self._account(grant, +1)
         return grant
+
+    def _affinity_scores(self, c: ContainerInfo) -> dict[str, float]:
+        """Pool name -> c's affinity score (empty: no affinities); reserved containers count at the root."""
+        affinities = container_affinities(c, colocate_pods=self.opts["ColocatePods"],
+                                          colocate_namespaces=self.opts["ColocateNamespaces"])
+        if not affinities:
+            return {}
+        per_pool: dict[str, int] = {}
+        for cid, weight in self._affinity.container_weights(affinities, self.containers, self.grants,
+                                                            exclude=c).items():
+            pool = self.grants[cid].pool
+            pool = "root" if pool == RESERVED else pool
+            per_pool[pool] = per_pool.get(pool, 0) + weight
+        return pool_scores(per_pool, self.pools)
 
     def _fallback(self, c: ContainerInfo, full: int, frac: int) -> Grant:
         """No pool fits: the root pool's shared CPUs, which exclusive slicing never empties; the
@@ -345,3 +357,15 @@ class TopologyAwarePolicy(Policy):
 
     def describe_pools(self) -> dict[str, str]:
         return {name: format_cpuset(self._shared[name]) for name in self.pools}
+
+
+def prefers_reserved(c: ContainerInfo) -> bool | None:
+    """The prefer-reserved-cpus annotation (pod or container form, Go's booleans); None when not
+    annotated or unparsable (as upstream, which logs and ignores it)."""
+    value = preference_annotation(c, PREFER_RESERVED_KEY)
+    if value is None:
+        return None
+    parsed = go_parse_bool(value)
+    if parsed is None:
+        log.error("invalid boolean in annotation %s: %r; ignored", PREFER_RESERVED_KEY, value)
+    return parsed
