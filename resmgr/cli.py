@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     try:
         relay.start()
         if rm is not None:
+            rm.set_update_sender(lambda updates, why: relay.interceptor.apply_updates(updates, why))  # cold starts
             applier = ResourceManagerApplier(rm, lambda updates, why: relay.interceptor.apply_updates(updates, why),
                                              runner.apply_relay_sections)
             runner.plane = start_config_plane(args, applier, initial_source=rm.config_source)
