@@ -37,6 +37,7 @@ from google.protobuf.message import Message
 from resmgr.config import ConfigError, validate_config
 from resmgr.config.files import CACHE, DEFAULTS, FALLBACK, FORCE, choose_config
 from resmgr.manager.cache import Cache, CacheData, CacheEncoder
+from resmgr.manager.deadline_timers import DeadlineTimers
 from resmgr.manager.placement_diff import PENDING_PREFIX, diff_groups, diff_placements, fmt_cpus
 from resmgr.manager.resources import (
     ContainerInfo,
@@ -61,6 +62,7 @@ CONTAINER_EXITED = 2
 
 
 Resize = Callable[[ContainerInfo], ContainerInfo]
+UpdateSender = Callable[[list[ContainerUpdate], str], None]
 
 
 @dataclass
@@ -115,6 +117,9 @@ class ResourceManager:
         self._decisions = count(1)  # numbers every decision's updates (ContainerUpdate.seq)
         self._mutations = 0  # bumped whenever policy state changes: tells whether an undo can be exact
         self._resync_wanted = False
+        # Cold starts end on timers; their updates go out through the relay's sender (set_update_sender).
+        self._send_updates: UpdateSender | None = None
+        self._cold_timers = DeadlineTimers(self._cold_start_due)
         data = self.cache.load()
         if data.config is not None:
             try:  # the cache is a file on disk: trust nothing in it
@@ -222,7 +227,39 @@ class ResourceManager:
 
     def close(self) -> None:
         """Write the last state to the cache (it may still be pending with ``background_save``)."""
+        self._cold_timers.cancel_all()
         self.cache.close()
+
+    # -- timers: cold starts (memory tiers) --------------------------------------------------------------
+    def set_update_sender(self, send: UpdateSender) -> None:
+        """Where updates that no CRI call carries go (the relay's ``apply_updates``); arms pending timers."""
+        with self._lock:
+            self._send_updates = send
+            self._sync_timers()
+
+    def _sync_timers(self) -> None:
+        cold_starts = getattr(self.policy, "cold_starts", None)
+        if self._send_updates is None or cold_starts is None:
+            return
+        self._cold_timers.sync({cid: due for cid, due in cold_starts().items() if not cid.startswith(PENDING_PREFIX)})
+
+    def finish_cold_start(self, cid: str) -> list[ContainerUpdate]:
+        """End a container's cold start: the update that widens its memory to its types (none if not cold)."""
+        with self._lock:
+            finish = getattr(self.policy, "finish_cold_start", None)
+            if finish is None or cid.startswith(PENDING_PREFIX) or not finish(cid):
+                return []
+            self._mutations += 1
+            self.save()
+            cpus, mems = self.policy.placement(cid)
+            log.info("cold start of %s done: memory nodes %s", cid, fmt_cpus(mems))
+            return self._number([ContainerUpdate(cid, fmt_cpus(cpus), fmt_cpus(mems), reason="cold start done")])
+
+    def _cold_start_due(self, cid: str) -> None:
+        updates = self.finish_cold_start(cid)
+        send = self._send_updates
+        if updates and send is not None:
+            send(updates, "ColdStartDone")
 
     def placements(self) -> dict[str, tuple[str | None, str | None]]:
         """Container id -> (cpuset cpus, cpuset mems) as the policy wants them now."""
@@ -306,6 +343,7 @@ class ResourceManager:
 
     def _number(self, updates: list[ContainerUpdate], *also: ContainerUpdate | None) -> list[ContainerUpdate]:
         """Give this decision's updates the next decision number, so that newer ones win (resmgr.relay.update_order)."""
+        self._sync_timers()
         seq = next(self._decisions)
         for u in (*updates, *also):
             if u is not None:
