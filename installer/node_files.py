@@ -8,8 +8,14 @@ import jinja2
 
 from installer.static_config import FALLBACK_KEY, FORCE_KEY, StaticConfig
 from resmgr import __version__
-from resmgr.agent.metrics_forward import DEFAULT_RELAY_METRICS_SOCKET
-from resmgr.options import DEFAULT_RELAY_SOCKET
+from resmgr.options import (
+    AGENT_DIR_AGENT_SOCKET,
+    AGENT_DIR_CONFIG_SOCKET,
+    AGENT_DIR_METRICS_SOCKET,
+    AGENT_SOCKET_DIR,
+    AGENT_SOCKET_GROUP,
+    DEFAULT_RELAY_SOCKET,
+)
 
 UNIT = "cri-resource-manager.service"
 BINARY = "/opt/cri-resmgr/bin/cri-resmgr"
@@ -60,7 +66,8 @@ def render_unit(settings: UnitSettings) -> bytes:
                   start_limit_burst=settings.start_limit_burst, tmp_dir=RELAY_TMP_DIR,
                   state_dir_name=RELAY_STATE_DIR.removeprefix("/var/lib/"),
                   runtime_dir_name=RELAY_RUNTIME_DIR.removeprefix("/var/run/"),
-                  memory_max=settings.memory_max, tasks_max=settings.tasks_max)
+                  agent_dir=AGENT_SOCKET_DIR,
+                  agent_socket_group=AGENT_SOCKET_GROUP, memory_max=settings.memory_max, tasks_max=settings.tasks_max)
 
 
 def config_options(static: StaticConfig) -> list[str]:
@@ -72,9 +79,11 @@ def config_options(static: StaticConfig) -> list[str]:
 
 
 def render_default(static: StaticConfig, settings: UnitSettings) -> bytes:
-    # The metrics socket lies in the directory the agent mounts: the agent serves it to vpn-shoot.
+    # The agent's sockets (its API, the Config API it pushes to, the /metrics it forwards to vpn-shoot) lie in
+    # the one directory the agent mounts; the CRI socket stays outside it.
     relay = [f"--relay-socket={RELAY_SOCKET}", f"--runtime-socket={settings.runtime_endpoint}",
-             f"--metrics-socket={DEFAULT_RELAY_METRICS_SOCKET}"]
+             f"--config-socket={AGENT_DIR_CONFIG_SOCKET}", f"--agent-socket={AGENT_DIR_AGENT_SOCKET}",
+             f"--metrics-socket={AGENT_DIR_METRICS_SOCKET}"]
     return render("cri-resource-manager.default.j2", unit=UNIT, config_options=config_options(static),
                   relay_options=relay)
 

@@ -18,6 +18,14 @@ DEFAULT_RUNTIME_SOCKET = "/var/run/containerd/containerd.sock"
 DEFAULT_CONFIG_SOCKET = "/var/run/cri-resmgr/cri-resmgr-config.sock"
 DEFAULT_AGENT_SOCKET = "/var/run/cri-resmgr/cri-resmgr-agent.sock"
 DEFAULT_PID_FILE = "/var/run/cri-resmgr/cri-resmgr.pid"
+# What the installer's unit passes instead of the upstream defaults above: the agent's sockets live in a
+# directory of their own (mode 2770, group AGENT_SOCKET_GROUP), so the agent pod mounts only that
+# directory, never the CRI socket, and runs as that non-root user and group.
+AGENT_SOCKET_DIR = "/var/run/cri-resmgr/agent"
+AGENT_SOCKET_GROUP = 65532  # the agent pod's runAsUser/runAsGroup (the image's "nonroot")
+AGENT_DIR_CONFIG_SOCKET = f"{AGENT_SOCKET_DIR}/cri-resmgr-config.sock"
+AGENT_DIR_AGENT_SOCKET = f"{AGENT_SOCKET_DIR}/cri-resmgr-agent.sock"
+AGENT_DIR_METRICS_SOCKET = f"{AGENT_SOCKET_DIR}/cri-resmgr-metrics.sock"
 DEFAULT_RELAY_DIR = "/var/lib/cri-resmgr"
 # The node annotation cri-resmgr sets (through the agent's PatchNode) while it runs without a config it was
 # given (a bad --force-config/--fallback-config, or a SIGHUP reload that failed); removed once a config works.

@@ -28,7 +28,7 @@ EXTRA_OPTIONS_KEY = "EXTRA_OPTIONS"
 # Flags EXTRA_OPTIONS may not set: the installer sets them in the unit, the agent and kubelet rely on
 # the socket paths, and uninstall must know where the state and pid file are to remove them.
 MANAGED_FLAGS = ("--fallback-config", "--force-config", "--relay-socket", "--runtime-socket", "--image-socket",
-                 "--config-socket", "--agent-socket", "--relay-dir", "--pid-file")
+                 "--config-socket", "--agent-socket", "--metrics-socket", "--relay-dir", "--pid-file")
 # Flags that make cri-resmgr exit or do a one-off job instead of serving.
 ONE_SHOT_FLAGS = ("--help", "-h", "--version", "--list-policies", "--reset-policy", "--reset-config")
 MAX_EXTRA_OPTIONS_BYTES = 16 * 1024

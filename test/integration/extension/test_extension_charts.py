@@ -216,3 +216,33 @@ def test_metrics_are_served_by_the_agents_and_reachable_from_vpn_shoot_only(tool
                      values={**INSTALL_VALUES, "installer": {"mode": "uninstall"}})
     kinds = {d["kind"] for d in yaml.load_all(uninstall, Loader=StrictLoader) if d}
     assert "NetworkPolicy" not in kinds and "Service" not in kinds
+
+
+def test_agent_runs_non_root_and_mounts_only_its_socket_directory(tools):
+    """The agent sees its own socket directory (the sockets the installer's unit gives cri-resmgr), never the
+    relay's CRI socket, and runs as the group that directory belongs to."""
+    from installer import node_files
+    from resmgr import options
+
+    text = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
+                values=INSTALL_VALUES)
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.load_all(text, Loader=StrictLoader) if d}
+    pod = docs[("DaemonSet", "cri-resmgr-agent")]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    host_paths = [v["hostPath"] for v in pod["volumes"] if "hostPath" in v]
+    assert host_paths == [{"path": options.AGENT_SOCKET_DIR, "type": "Directory"}]
+    assert [m["mountPath"] for m in container["volumeMounts"]] == [options.AGENT_SOCKET_DIR]
+    assert not options.DEFAULT_RELAY_SOCKET.startswith(options.AGENT_SOCKET_DIR + "/")
+    sc = container["securityContext"]
+    assert (sc["runAsNonRoot"], sc["runAsUser"], sc["runAsGroup"]) == (True, options.AGENT_SOCKET_GROUP,
+                                                                       options.AGENT_SOCKET_GROUP)
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    # The agent's flags name the same sockets the relay is started with.
+    relay_flags = node_files.render_default(node_files.StaticConfig(), node_files.UnitSettings("unix:///c.sock"))
+    for agent_flag, relay_flag, path in (("--agent-socket", "--agent-socket", options.AGENT_DIR_AGENT_SOCKET),
+                                         ("--config-socket", "--config-socket", options.AGENT_DIR_CONFIG_SOCKET),
+                                         ("--relay-metrics-socket", "--metrics-socket",
+                                          options.AGENT_DIR_METRICS_SOCKET)):
+        assert f"{agent_flag}={path}" in container["command"]
+        assert f"{relay_flag}={path}".encode() in relay_flags
+    assert f"--agent-socket={options.AGENT_DIR_AGENT_SOCKET}" in container["readinessProbe"]["exec"]["command"]

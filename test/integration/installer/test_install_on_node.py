@@ -37,6 +37,15 @@ def test_install_twice_then_uninstall_restores_everything(installer_node, tools,
     assert (props["MemoryMax"], props["TasksMax"]) == (str(512 * 1024 * 1024), "512"), props
     environ = node.run(["cat", f"/proc/{props['MainPID']}/environ"]).stdout.split("\0")
     assert "TMPDIR=/var/lib/cri-resmgr/tmp" in environ
+    # The agent's socket directory: setgid, its group's, closed to others; the relay's sockets for the agent
+    # are in it with that group, the CRI socket is not.
+    def stat(path: str) -> str:
+        return node.run(["stat", "-c", "%a %g %F", path]).stdout.strip()
+    assert stat("/var/run/cri-resmgr/agent") == "2770 65532 directory"
+    agent_dir = node.run(["ls", "/var/run/cri-resmgr/agent"]).stdout.split()
+    assert "cri-resmgr-config.sock" in agent_dir and "cri-resmgr-metrics.sock" in agent_dir, agent_dir
+    assert stat("/var/run/cri-resmgr/agent/cri-resmgr-config.sock") == "660 65532 socket"
+    assert stat("/var/run/cri-resmgr/cri-resmgr.sock").endswith(" 0 socket")
     installed = snapshot(node)
     assert installed["/opt/cri-resmgr/bin/cri-resmgr"] == n.binary.read_bytes()
     assert b"--metrics-address=off" in installed["/etc/cri-resmgr/extra-options.env"]

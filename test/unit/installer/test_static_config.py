@@ -36,8 +36,12 @@ def test_fallback_and_force(tmp_path: Path) -> None:
     assert files["/etc/cri-resmgr/fallback.cfg"] == GOOD_CFG
     assert b'EXTRA_OPTIONS="--workers=4"' in files["/etc/cri-resmgr/extra-options.env"]
     assert b"--runtime-socket=unix:///run/c.sock" in files["/etc/default/cri-resource-manager"]
-    # The agent forwards /metrics from this socket (in the directory it mounts) to vpn-shoot.
-    assert b"--metrics-socket=/var/run/cri-resmgr/cri-resmgr-metrics.sock" in files["/etc/default/cri-resource-manager"]
+    # The agent's sockets (its API, the Config API, the /metrics it forwards to vpn-shoot) lie in the one
+    # directory the agent mounts.
+    for flag in ("--config-socket=/var/run/cri-resmgr/agent/cri-resmgr-config.sock",
+                 "--agent-socket=/var/run/cri-resmgr/agent/cri-resmgr-agent.sock",
+                 "--metrics-socket=/var/run/cri-resmgr/agent/cri-resmgr-metrics.sock"):
+        assert flag.encode() in files["/etc/default/cri-resource-manager"]
     # force.cfg wins over fallback.cfg and replaces the flag.
     static = read_config_dir(write_dir(tmp_path / "2", fallback_cfg=GOOD_CFG, force_cfg=GOOD_CFG))
     assert static.force == GOOD_CFG and static.fallback is None
@@ -51,7 +55,9 @@ def test_unit_is_ordered_after_containerd_before_kubelet_and_restarts_on_failure
                  "EnvironmentFile=/etc/default/cri-resource-manager",
                  "EnvironmentFile=-/etc/cri-resmgr/extra-options.env", "WantedBy=multi-user.target",
                  "NoNewPrivileges=yes", "ProtectSystem=strict", "StateDirectory=cri-resmgr",
-                 "RuntimeDirectory=cri-resmgr", "MemoryMax=512M", "TasksMax=512",
+                 "RuntimeDirectory=cri-resmgr", "ExecStartPre=+/bin/mkdir -p /var/run/cri-resmgr/agent",
+                 "ExecStartPre=+/bin/chgrp 65532 /var/run/cri-resmgr/agent",
+                 "ExecStartPre=+/bin/chmod 2770 /var/run/cri-resmgr/agent", "MemoryMax=512M", "TasksMax=512",
                  "Environment=TMPDIR=/var/lib/cri-resmgr/tmp"):
         assert line in unit.splitlines()
 
