@@ -32,4 +32,18 @@ def test_every_nodes_relay_metrics_through_the_api_server_pod_proxy(inside):
             ok = r.returncode == 0 and 'cri_resmgr_requests_total{code="OK",method="Version"}' in r.stdout
             return ok, r.stderr.strip() or r.stdout[:200]
         shoot_ops.wait_until(f"{node}'s relay metrics through {pod}", relay_series, 120, 2)
+
+    # The agents that just forwarded those metrics run as uid 65532: they made their API sockets in the
+    # setgid directory they mount, whose group is theirs; the CRI socket is root's and outside it.
+    runners = t.runners(sorted(targets.values()))
+    try:
+        for node in runners:
+            owners = node.run("stat -c '%n %a %u %g' /var/run/cri-resmgr/agent "
+                              "/var/run/cri-resmgr/agent/cri-resmgr-agent.sock /var/run/cri-resmgr/cri-resmgr.sock")
+            assert owners.stdout.split("\n")[:3] == [
+                "/var/run/cri-resmgr/agent 2770 0 65532",
+                "/var/run/cri-resmgr/agent/cri-resmgr-agent.sock 660 65532 65532",
+                "/var/run/cri-resmgr/cri-resmgr.sock 660 0 0"], (node.node, owners.stdout, owners.stderr)
+    finally:
+        t.close_runners(runners)
     t.delete()
