@@ -17,6 +17,7 @@ from resmgr.config.files import FORCE, StartupConfigs, choose_config
 from resmgr.configplane import ConfigPlane, ConfigPlaneHandle, start_config_plane
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView
 from resmgr.configplane.hook import AdjustingHook
+from resmgr.configplane.node_resources import NodeResourcesNotice
 from resmgr.configplane.rm_applier import ResourceManagerApplier
 from resmgr.logsetup import parse_debug_modules, set_debug_modules, setup_logging
 from resmgr.manager.cache import CacheError, reset_cache
@@ -93,6 +94,8 @@ class _Runner:
         self.metrics = metrics
         self.plane: ConfigPlaneHandle | None = None
         self.notice = ConfigNotice(None)
+        self.rm: ResourceManager | None = None
+        self.node_resources = NodeResourcesNotice(None)  # the agent is connected once the config plane runs
         self.reload = threading.Event()
         self.wake = threading.Event()
 
@@ -121,6 +124,12 @@ class _Runner:
         set_debug_modules(parse_debug_modules(self.args.debug) + settings.debug_modules,
                           root_package="resmgr", base_level=self.args.log_level)
         self.settings = settings
+
+    def config_applied(self, config: dict[str, Any], source: str) -> None:
+        """A config became active: the relay's own sections, and what its policy publishes on the node."""
+        self.apply_relay_sections(config, source)
+        if self.rm is not None:
+            self.node_resources.set(self.rm.policy.node_resources())
 
     def reload_config(self) -> None:
         """SIGHUP (--force-config-signal): the config plane re-reads --force-config, as it applies every other
@@ -192,11 +201,14 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
         relay.start()
         if rm is not None:
             rm.set_update_sender(lambda updates, why: relay.interceptor.apply_updates(updates, why))  # cold starts
+            runner.rm = rm
             applier = ResourceManagerApplier(rm, lambda updates, why: relay.interceptor.apply_updates(updates, why),
-                                             runner.apply_relay_sections)
+                                             runner.config_applied)
             runner.plane = start_config_plane(args, applier, initial_source=rm.config_source)
             hook.plane = runner.plane.plane
             runner.notice = ConfigNotice(runner.plane.agent)
+            runner.node_resources.agent = runner.plane.agent
+            runner.node_resources.set(rm.policy.node_resources())
             if problems:
                 runner.notice.set("; ".join(p.describe(source) for p in problems))
         else:  # no agent for a stand-in hook, but SIGHUP takes the same path
@@ -217,6 +229,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
         if rm is not None:
             rm.close()
     runner.notice.stop()
+    runner.node_resources.stop()
     if runner.plane is not None:
         runner.plane.stop()
     relay.stop(grace=args.shutdown_grace)  # the cache is closed: what the drain changes is written at once

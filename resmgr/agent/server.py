@@ -10,6 +10,7 @@ import grpc
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from resmgr.agent.node_resources import NodeResources, NodeResourcesError, capacity_problem, publish_node_resources
 from resmgr.agent.unix_grpc import serve_unix
 from resmgr.proto import agent_pb2, agent_pb2_grpc
 
@@ -72,22 +73,27 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
 
     def UpdateNodeCapacity(self, request: agent_pb2.UpdateNodeCapacityRequest, context: grpc.ServicerContext
                            ) -> agent_pb2.UpdateNodeCapacityReply:
-        from resmgr.config import parse_memory_quantity
-
-        for name, value in request.capacities.items():
-            if "/" not in name:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"capacity {name!r}: only extended resources (domain/name) may be set")
-            try:
-                parse_memory_quantity(value)
-            except ValueError:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"capacity {name!r}: invalid quantity {value!r}")
+        problem = capacity_problem(dict(request.capacities))
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         patch = {"status": {"capacity": dict(request.capacities)}}
         try:
             self.core.patch_node_status(self.node, patch, _content_type=PATCH_CONTENT_TYPES["merge"])
         except ApiException as exc:
             _abort_api(context, f"update capacity of node {self.node}", exc)
         return agent_pb2.UpdateNodeCapacityReply()
+
+    def SetNodeResources(self, request: agent_pb2.SetNodeResourcesRequest, context: grpc.ServicerContext
+                         ) -> agent_pb2.SetNodeResourcesReply:
+        wanted = NodeResources(capacity=dict(request.capacity), labels=dict(request.labels),
+                               taints=[{"key": t.key, "value": t.value, "effect": t.effect} for t in request.taints])
+        try:
+            publish_node_resources(self.core, self.node, wanted)
+        except NodeResourcesError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except ApiException as exc:
+            _abort_api(context, f"publish resources of node {self.node}", exc)
+        return agent_pb2.SetNodeResourcesReply()
 
     def HealthCheck(self, request: agent_pb2.HealthCheckRequest, context: grpc.ServicerContext
                     ) -> agent_pb2.HealthCheckReply:

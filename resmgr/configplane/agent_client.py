@@ -44,6 +44,13 @@ class AgentClient:
     def update_node_capacity(self, capacities: dict[str, str]) -> None:
         self._call("UpdateNodeCapacity", agent_pb2.UpdateNodeCapacityRequest(capacities=capacities))
 
+    def set_node_resources(self, wanted: dict[str, Any]) -> None:
+        """Publish exactly ``wanted`` ({"capacity", "labels", "taints"}, see Policy.node_resources) on the node."""
+        taints = [agent_pb2.NodeTaint(key=t["key"], value=t.get("value", ""), effect=t["effect"])
+                  for t in wanted.get("taints", [])]
+        self._call("SetNodeResources", agent_pb2.SetNodeResourcesRequest(
+            capacity=wanted.get("capacity", {}), labels=wanted.get("labels", {}), taints=taints))
+
     def health_check(self, query: str = "") -> str:
         """"" when healthy, else the agent's one-line reason."""
         return self._call("HealthCheck", agent_pb2.HealthCheckRequest(query=query)).error

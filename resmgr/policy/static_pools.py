@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from resmgr.config import ConfigError
-from resmgr.config import MAX_CONFIG_BYTES, _load_yaml  # the configs' strict, bounded YAML loader
+from resmgr.config import MAX_CONFIG_BYTES, ConfigError, _load_yaml  # the configs' strict, bounded YAML loader
 from resmgr.config.schema import STATIC_POOLS
 from resmgr.manager.resources import ContainerInfo, annotated_requirements
 from resmgr.policy.base import ContainerEdits, Grant, Placement, Policy, RestoreError, log
@@ -156,7 +155,8 @@ def build_pools(raw: dict[str, dict[str, Any]], online: frozenset[int], origin: 
                 raise ConfigError(f"{field}.cpuLists[{i}].Cpuset", "empty CPU list")
             if cpus - online:
                 raise ConfigError(f"{field}.cpuLists[{i}].Cpuset",
-                                  f"CPUs {format_cpuset(cpus - online)} are not online (online: {format_cpuset(online)})")
+                                  f"CPUs {format_cpuset(cpus - online)} are not online "
+                                  f"(online: {format_cpuset(online)})")
             lists.append(CpuList(cpus, int(entry.get("Socket", 0) or 0), text))
         pools[name] = StpPool(name, bool(spec.get("exclusive", False)), tuple(lists))
     for pool in pools.values():

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18resmgr/proto/agent.proto\x12\x0c\x63riresmgr.v1\"\x10\n\x0eGetNodeRequest\"!\n\x0cGetNodeReply\x12\x11\n\tnode_json\x18\x01 \x01(\t\"5\n\x10PatchNodeRequest\x12\x12\n\npatch_type\x18\x01 \x01(\t\x12\r\n\x05patch\x18\x02 \x01(\x0c\"\x10\n\x0ePatchNodeReply\"\x9b\x01\n\x19UpdateNodeCapacityRequest\x12K\n\ncapacities\x18\x01 \x03(\x0b\x32\x37.criresmgr.v1.UpdateNodeCapacityRequest.CapacitiesEntry\x1a\x31\n\x0f\x43\x61pacitiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x19\n\x17UpdateNodeCapacityReply\"#\n\x12HealthCheckRequest\x12\r\n\x05query\x18\x01 \x01(\t\"!\n\x10HealthCheckReply\x12\r\n\x05\x65rror\x18\x01 \x01(\t2\xce\x02\n\x05\x41gent\x12\x43\n\x07GetNode\x12\x1c.criresmgr.v1.GetNodeRequest\x1a\x1a.criresmgr.v1.GetNodeReply\x12I\n\tPatchNode\x12\x1e.criresmgr.v1.PatchNodeRequest\x1a\x1c.criresmgr.v1.PatchNodeReply\x12\x64\n\x12UpdateNodeCapacity\x12\'.criresmgr.v1.UpdateNodeCapacityRequest\x1a%.criresmgr.v1.UpdateNodeCapacityReply\x12O\n\x0bHealthCheck\x12 .criresmgr.v1.HealthCheckRequest\x1a\x1e.criresmgr.v1.HealthCheckReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18resmgr/proto/agent.proto\x12\x0c\x63riresmgr.v1\"\x10\n\x0eGetNodeRequest\"!\n\x0cGetNodeReply\x12\x11\n\tnode_json\x18\x01 \x01(\t\"5\n\x10PatchNodeRequest\x12\x12\n\npatch_type\x18\x01 \x01(\t\x12\r\n\x05patch\x18\x02 \x01(\x0c\"\x10\n\x0ePatchNodeReply\"\x9b\x01\n\x19UpdateNodeCapacityRequest\x12K\n\ncapacities\x18\x01 \x03(\x0b\x32\x37.criresmgr.v1.UpdateNodeCapacityRequest.CapacitiesEntry\x1a\x31\n\x0f\x43\x61pacitiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x19\n\x17UpdateNodeCapacityReply\"7\n\tNodeTaint\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0e\n\x06\x65\x66\x66\x65\x63t\x18\x03 \x01(\t\"\xac\x02\n\x17SetNodeResourcesRequest\x12\x45\n\x08\x63\x61pacity\x18\x01 \x03(\x0b\x32\x33.criresmgr.v1.SetNodeResourcesRequest.CapacityEntry\x12\x41\n\x06labels\x18\x02 \x03(\x0b\x32\x31.criresmgr.v1.SetNodeResourcesRequest.LabelsEntry\x12\'\n\x06taints\x18\x03 \x03(\x0b\x32\x17.criresmgr.v1.NodeTaint\x1a/\n\rCapacityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x17\n\x15SetNodeResourcesReply\"#\n\x12HealthCheckRequest\x12\r\n\x05query\x18\x01 \x01(\t\"!\n\x10HealthCheckReply\x12\r\n\x05\x65rror\x18\x01 \x01(\t2\xae\x03\n\x05\x41gent\x12\x43\n\x07GetNode\x12\x1c.criresmgr.v1.GetNodeRequest\x1a\x1a.criresmgr.v1.GetNodeReply\x12I\n\tPatchNode\x12\x1e.criresmgr.v1.PatchNodeRequest\x1a\x1c.criresmgr.v1.PatchNodeReply\x12\x64\n\x12UpdateNodeCapacity\x12\'.criresmgr.v1.UpdateNodeCapacityRequest\x1a%.criresmgr.v1.UpdateNodeCapacityReply\x12^\n\x10SetNodeResources\x12%.criresmgr.v1.SetNodeResourcesRequest\x1a#.criresmgr.v1.SetNodeResourcesReply\x12O\n\x0bHealthCheck\x12 .criresmgr.v1.HealthCheckRequest\x1a\x1e.criresmgr.v1.HealthCheckReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,6 +33,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_UPDATENODECAPACITYREQUEST_CAPACITIESENTRY']._loaded_options = None
   _globals['_UPDATENODECAPACITYREQUEST_CAPACITIESENTRY']._serialized_options = b'8\001'
+  _globals['_SETNODERESOURCESREQUEST_CAPACITYENTRY']._loaded_options = None
+  _globals['_SETNODERESOURCESREQUEST_CAPACITYENTRY']._serialized_options = b'8\001'
+  _globals['_SETNODERESOURCESREQUEST_LABELSENTRY']._loaded_options = None
+  _globals['_SETNODERESOURCESREQUEST_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_GETNODEREQUEST']._serialized_start=42
   _globals['_GETNODEREQUEST']._serialized_end=58
   _globals['_GETNODEREPLY']._serialized_start=60
@@ -47,10 +51,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_UPDATENODECAPACITYREQUEST_CAPACITIESENTRY']._serialized_end=324
   _globals['_UPDATENODECAPACITYREPLY']._serialized_start=326
   _globals['_UPDATENODECAPACITYREPLY']._serialized_end=351
-  _globals['_HEALTHCHECKREQUEST']._serialized_start=353
-  _globals['_HEALTHCHECKREQUEST']._serialized_end=388
-  _globals['_HEALTHCHECKREPLY']._serialized_start=390
-  _globals['_HEALTHCHECKREPLY']._serialized_end=423
-  _globals['_AGENT']._serialized_start=426
-  _globals['_AGENT']._serialized_end=760
+  _globals['_NODETAINT']._serialized_start=353
+  _globals['_NODETAINT']._serialized_end=408
+  _globals['_SETNODERESOURCESREQUEST']._serialized_start=411
+  _globals['_SETNODERESOURCESREQUEST']._serialized_end=711
+  _globals['_SETNODERESOURCESREQUEST_CAPACITYENTRY']._serialized_start=617
+  _globals['_SETNODERESOURCESREQUEST_CAPACITYENTRY']._serialized_end=664
+  _globals['_SETNODERESOURCESREQUEST_LABELSENTRY']._serialized_start=666
+  _globals['_SETNODERESOURCESREQUEST_LABELSENTRY']._serialized_end=711
+  _globals['_SETNODERESOURCESREPLY']._serialized_start=713
+  _globals['_SETNODERESOURCESREPLY']._serialized_end=736
+  _globals['_HEALTHCHECKREQUEST']._serialized_start=738
+  _globals['_HEALTHCHECKREQUEST']._serialized_end=773
+  _globals['_HEALTHCHECKREPLY']._serialized_start=775
+  _globals['_HEALTHCHECKREPLY']._serialized_end=808
+  _globals['_AGENT']._serialized_start=811
+  _globals['_AGENT']._serialized_end=1241
 # @@protoc_insertion_point(module_scope)

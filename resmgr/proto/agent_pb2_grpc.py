@@ -49,6 +49,11 @@ class AgentStub:
                 request_serializer=resmgr_dot_proto_dot_agent__pb2.UpdateNodeCapacityRequest.SerializeToString,
                 response_deserializer=resmgr_dot_proto_dot_agent__pb2.UpdateNodeCapacityReply.FromString,
                 _registered_method=True)
+        self.SetNodeResources = channel.unary_unary(
+                '/criresmgr.v1.Agent/SetNodeResources',
+                request_serializer=resmgr_dot_proto_dot_agent__pb2.SetNodeResourcesRequest.SerializeToString,
+                response_deserializer=resmgr_dot_proto_dot_agent__pb2.SetNodeResourcesReply.FromString,
+                _registered_method=True)
         self.HealthCheck = channel.unary_unary(
                 '/criresmgr.v1.Agent/HealthCheck',
                 request_serializer=resmgr_dot_proto_dot_agent__pb2.HealthCheckRequest.SerializeToString,
@@ -80,6 +85,13 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetNodeResources(self, request, context):
+        """Publish what the active policy wants on the node (extended resources, labels, taints).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def HealthCheck(self, request, context):
         """Health of the agent; query "config-status" asks whether the last config was applied.
         """
@@ -104,6 +116,11 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.UpdateNodeCapacity,
                     request_deserializer=resmgr_dot_proto_dot_agent__pb2.UpdateNodeCapacityRequest.FromString,
                     response_serializer=resmgr_dot_proto_dot_agent__pb2.UpdateNodeCapacityReply.SerializeToString,
+            ),
+            'SetNodeResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNodeResources,
+                    request_deserializer=resmgr_dot_proto_dot_agent__pb2.SetNodeResourcesRequest.FromString,
+                    response_serializer=resmgr_dot_proto_dot_agent__pb2.SetNodeResourcesReply.SerializeToString,
             ),
             'HealthCheck': grpc.unary_unary_rpc_method_handler(
                     servicer.HealthCheck,
@@ -192,6 +209,33 @@ class Agent:
             '/criresmgr.v1.Agent/UpdateNodeCapacity',
             resmgr_dot_proto_dot_agent__pb2.UpdateNodeCapacityRequest.SerializeToString,
             resmgr_dot_proto_dot_agent__pb2.UpdateNodeCapacityReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNodeResources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/criresmgr.v1.Agent/SetNodeResources',
+            resmgr_dot_proto_dot_agent__pb2.SetNodeResourcesRequest.SerializeToString,
+            resmgr_dot_proto_dot_agent__pb2.SetNodeResourcesReply.FromString,
             options,
             channel_credentials,
             insecure,

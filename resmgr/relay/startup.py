@@ -207,17 +207,22 @@ class ConfigNotice:
             if wanted == self._written or self._stop.is_set():
                 continue
             try:
-                assert self.agent is not None
-                self.agent.patch_node({"metadata": {"annotations": {RELAY_CONFIG_ERROR_ANNOTATION: wanted}}},
-                                      "merge")
+                self._write(wanted)
             except Exception as err:  # AgentError, or anything the transport raises: retry, never die
                 if not warned:
-                    log.warning("cannot annotate the node through the agent yet (%s); retrying", err)
+                    log.warning("cannot %s through the agent yet (%s); retrying", self.what, err)
                     warned = True
                 if self._stop.wait(backoff):
                     return
                 backoff = min(backoff * 2, self.max_backoff)
                 self._changed.set()
                 continue
-            log.info("node annotation %s %s", RELAY_CONFIG_ERROR_ANNOTATION, "set" if wanted else "removed")
             self._written, backoff, warned = wanted, 1.0, False
+
+    # What is sent, and how; subclasses send other things through the agent the same way.
+    what = "annotate the node"
+
+    def _write(self, wanted: Any) -> None:
+        assert self.agent is not None
+        self.agent.patch_node({"metadata": {"annotations": {RELAY_CONFIG_ERROR_ANNOTATION: wanted}}}, "merge")
+        log.info("node annotation %s %s", RELAY_CONFIG_ERROR_ANNOTATION, "set" if wanted else "removed")
