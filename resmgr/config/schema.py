@@ -34,8 +34,8 @@ POLICY_NAMES: tuple[str, ...] = ("none", "static", "topology-aware", "balloons",
 FOREIGN_POLICY_NAMES: tuple[str, ...] = ()
 FOREIGN_POLICY_FALLBACK = "none"
 # Upstream's alias of topology-aware (the same code, registered twice, options under policy.memtier).
-# This topology-aware places CPUs and memory nodes but knows no memory tiers (PMEM/HBM placement,
-# page demotion): the alias runs topology-aware and the tier part is reported as ignored.
+# Memory tiers (PMEM/HBM placement, memory-type and cold-start annotations) are part of topology-aware
+# (resmgr.policy.memory_tiers), so the alias runs topology-aware with the memtier section's options.
 ALIAS_POLICIES: dict[str, str] = {"memtier": "topology-aware"}
 
 
@@ -367,7 +367,8 @@ NO_STATIC_RDT = "the static policy's own RDT switch is not applied; RDT classes 
 NO_PAGE_MIGRATION = "page migration (memory tier demotion) is not implemented"
 NO_ENERGY_PREFERENCE = "energy performance preference is not applied (upstream's CPU controller does not apply it either)"
 NO_RDT_MONITORING = "RDT monitoring groups are not created"
-NO_MEMORY_TIERS = "memory tiers (PMEM/HBM placement, page demotion) are not implemented"
+NO_PAGE_DEMOTION = ("dynamic page demotion (dirty-bit scanning, moving idle pages from DRAM to PMEM) is not "
+                    "implemented; memory tiers are")
 NO_TRACING = "tracing (OpenCensus/Jaeger) is not implemented; metrics are always exported"
 NO_KLOG = "this cri-resmgr logs with Python logging: klog options do not apply"
 NOT_APPLIED = "accepted for compatibility; this cri-resmgr does not act on it"
@@ -443,9 +444,9 @@ TOPOLOGY_AWARE = Struct({
     "ColocatePods": Bool(),
     "ColocateNamespaces": Bool(),
     # documented in upstream's topology-aware.md for memtier's dynamic page demotion
-    "DirtyBitScanPeriod": Ignored(DURATION, NO_MEMORY_TIERS),
-    "PageMovePeriod": Ignored(DURATION, NO_MEMORY_TIERS),
-    "PageMoveCount": Ignored(Int(), NO_MEMORY_TIERS),
+    "DirtyBitScanPeriod": Ignored(DURATION, NO_PAGE_DEMOTION),
+    "PageMovePeriod": Ignored(DURATION, NO_PAGE_DEMOTION),
+    "PageMoveCount": Ignored(Int(), NO_PAGE_DEMOTION),
 })
 
 STATIC = Struct({
@@ -528,7 +529,6 @@ def _active_known(policy: dict[str, Any], path: str) -> None:
     active = policy.get("Active")
     field = _join(path, "Active")
     if active in ALIAS_POLICIES:
-        note_ignored(f"{field}: {active} (memory tiers; runs as {ALIAS_POLICIES[active]})")
         target = ALIAS_POLICIES[active]
         policy["Active"] = target
         if active in policy:
