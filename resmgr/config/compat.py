@@ -18,7 +18,6 @@ from resmgr.config.schema import (
     CONFIG,
     FOREIGN_POLICY_FALLBACK,
     FOREIGN_POLICY_NAMES,
-    NO_MEMORY_TIERS,
     POLICY_NAMES,
     Ignored,
     ListOf,
@@ -63,7 +62,7 @@ def field_rows() -> list[Row]:
     rows = _walk(CONFIG, "", None)
     # memtier's section is topology-aware's (the validator moves it), so it is implemented the same way.
     rows += [Row(f"policy.Active: {name}", IMPLEMENTED) for name in POLICY_NAMES]
-    rows += [Row(f"policy.Active: {alias}", IMPLEMENTED, f"runs {target}; {NO_MEMORY_TIERS}")
+    rows += [Row(f"policy.Active: {alias}", IMPLEMENTED, f"runs {target}, memory tiers included")
              for alias, target in ALIAS_POLICIES.items()]
     rows += [Row(f"policy.Active: {name}", IGNORED, f"this policy is not implemented; runs {FOREIGN_POLICY_FALLBACK}")
              for name in FOREIGN_POLICY_NAMES]
