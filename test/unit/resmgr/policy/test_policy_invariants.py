@@ -37,6 +37,8 @@ from unit.resmgr.rm_driver import Driver
 from resmgr.config import validate_config_text
 from resmgr.topology import Topology, parse_cpuset
 
+UPSTREAM_DATA = Path(__file__).resolve().parents[4] / "test" / "data" / "upstream"
+
 SCENARIOS = {
     "static-2s": ("2s-2n-16c-2t", "policy:\n  Active: static\n  ReservedResources:\n    cpu: 2\n"),
     "static-small": ("this-machine", "policy:\n  Active: static\n  ReservedResources:\n    cpu: 1\n"),
@@ -130,6 +132,23 @@ policy:
       - Name: app
         Namespaces: ["app-*"]
 """),
+    # upstream's sample: 3 single-CPU and 3 dual-CPU pool instances, Packed, the rest as the default pool
+    "podpools-sample-2s": ("2s-2n-16c-2t", (UPSTREAM_DATA / "podpools-policy.cfg").read_text()),
+    # full pools, a default pool of its own CPUs and a reserved pool that takes few pods
+    "podpools-tiny": ("tiny-2n-2c-2t", """\
+policy:
+  Active: podpools
+  ReservedResources:
+    cpu: 1
+  podpools:
+    Pools:
+      - {Name: pp, CPU: 2, MaxPods: 2, Instances: 2, FillOrder: Packed}
+      - {Name: default, CPU: 1}
+      - {Name: reserved, MaxPods: 2}
+"""),
+    # no CPU left over: the default pool runs on the reserved CPU
+    "podpools-2cpu": ("this-machine", "policy:\n  Active: podpools\n  ReservedResources:\n    cpu: 1\n"
+                                      "  podpools:\n    Pools:\n      - {Name: pp, CPU: 1, MaxPods: 1}\n"),
 }
 
 QOS = st.sampled_from(["guaranteed", "burstable", "besteffort"])
@@ -144,6 +163,8 @@ ANNOTATIONS = st.sampled_from([
     {"prefer-isolated-cpus.cri-resource-manager.intel.com/pod": "true"},
     {"balloon.balloons.cri-resource-manager.intel.com": "mediumBalloon"},
     {"dynamic-pool.dynamic-pools.cri-resource-manager.intel.com/pod": "app"},
+    {"pool.podpools.cri-resource-manager.intel.com": "dualcpu"},
+    {"pool.podpools.cri-resource-manager.intel.com/pod": "pp"},
 ])
 
 
