@@ -100,7 +100,7 @@ def test_upstream_fields_and_flags_are_accepted_and_noted():
         "providerConfig.configs.EXTRA_OPTIONS: accepted, not implemented by this cri-resmgr, ignored: "
         "-metrics-interval (metrics are computed when /metrics is scraped; there is nothing to poll)",
         "providerConfig.configs.default: accepted, not implemented by this cri-resmgr, ignored: "
-        "policy.Active: memtier (memory tiers; runs as topology-aware), dump.Debug",
+        "dump.Debug",
         "configmap garden/x.fallback: accepted, not implemented by this cri-resmgr, ignored: "
         "policy.balloons.PreferSpreadOnPhysicalCores",
     ]

@@ -62,13 +62,14 @@ def test_first_reconcile_is_create_and_records_success(apis: FakeApis) -> None:
 
 
 def test_upstream_fields_and_flags_not_applied_are_named_in_the_description(apis: FakeApis) -> None:
-    put_extension(apis, provider_config(fallback=FALLBACK, default="policy:\n  Active: memtier\n",
+    put_extension(apis, provider_config(fallback=FALLBACK,
+                                        default="policy:\n  Active: memtier\n  memtier:\n    PageMoveCount: 5\n",
                                         EXTRA_OPTIONS="--metrics-interval=10s"))
     reconciler(apis).change(NS, "cri-resmgr")
     last = extension(apis)["status"]["lastOperation"]
     assert last["state"] == status.SUCCEEDED
     assert "providerConfig.configs.default: accepted, not implemented by this cri-resmgr, ignored: " \
-           "policy.Active: memtier (memory tiers; runs as topology-aware)" in last["description"]
+           "policy.memtier.PageMoveCount" in last["description"]
     assert "providerConfig.configs.EXTRA_OPTIONS: accepted, not implemented by this cri-resmgr, ignored: " \
            "-metrics-interval" in last["description"]
 
