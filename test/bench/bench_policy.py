@@ -54,6 +54,18 @@ policy:
         MaxCPUs: 4
         MinBalloons: 2
 """,
+    "dynamic-pools": """\
+policy:
+  Active: dynamic-pools
+  ReservedResources:
+    cpu: 2
+  dynamic-pools:
+    DynamicPoolTypes:
+      - Name: app
+        Namespaces: ["app-*"]
+      - Name: fixed
+        Namespaces: [fixed]
+""",
 }
 # (namespace, QoS, milli-CPU) of the running mix, repeated to RUNNING containers.
 MIX = [("default", "guaranteed", 1000), ("default", "guaranteed", 2500), ("default", "burstable", 500),
