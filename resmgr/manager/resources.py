@@ -78,6 +78,9 @@ class ContainerInfo:
     memory_limit: int = 0
     annotations: dict[str, str] = field(default_factory=dict)
     pod_annotations: dict[str, str] = field(default_factory=dict)
+    # Only known from the webhook's annotation (the CRI request carries neither).
+    memory_request: int = 0
+    extended_resources: dict[str, int] = field(default_factory=dict)
     # CRI labels (kubelet's io.kubernetes.*) of the container and its pod: expression keys read them.
     labels: dict[str, str] = field(default_factory=dict)
     pod_labels: dict[str, str] = field(default_factory=dict)
@@ -170,6 +173,22 @@ def resources_from_requirements(req: dict[str, Any]) -> tuple[int, int, int]:
     return cpu_request, cpu_limit, memory
 
 
+def is_extended_resource(name: str) -> bool:
+    """Kubernetes' rule: a domain-qualified name outside *kubernetes.io/ (and not a quota's requests.*)."""
+    domain, sep, _ = name.partition("/")
+    return bool(sep) and not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io")) \
+        and not name.startswith("requests.")
+
+
+def requests_from_requirements(req: dict[str, Any]) -> tuple[int, dict[str, int]]:
+    """(memory request bytes, extended resource requests) of one container; a missing request is the limit."""
+    requests, limits = req.get("requests", {}), req.get("limits", {})
+    memory = requests.get("memory", limits.get("memory"))
+    extended = {name: parse_memory_quantity(value)  # counts, with any quantity suffix
+                for name, value in {**limits, **requests}.items() if is_extended_resource(name)}
+    return (parse_memory_quantity(memory) if memory is not None else 0), extended
+
+
 def qos_from_requirements(requirements: dict[str, dict[str, Any]]) -> str:
     """Kubernetes' QoS rules over all containers of a pod."""
     guaranteed, empty = True, True
@@ -246,9 +265,11 @@ def container_from_create_request(request: Any, pod: PodInfo | None) -> Containe
     name = config.metadata.name or labels.get(CONTAINER_NAME_LABEL, "")
     pod_annotations = dict(sandbox.annotations) or dict(pod.annotations)
     annotated = annotated_requirements(pod_annotations)
+    memory_request, extended = 0, {}
     if annotated is not None and name in annotated:
         try:  # the webhook's numbers are exact; the cgroup parameters are only estimates
             request_milli, limit_milli, memory = resources_from_requirements(annotated[name])
+            memory_request, extended = requests_from_requirements(annotated[name])
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring %s for container %s: %s", RESOURCES_ANNOTATION, name, exc)
     parent = sandbox.linux.cgroup_parent if sandbox.HasField("linux") else pod.cgroup_parent
@@ -272,6 +293,8 @@ def container_from_create_request(request: Any, pod: PodInfo | None) -> Containe
         memory_limit=memory,
         annotations=within_budget(config.annotations),
         pod_annotations=within_budget(pod_annotations),
+        memory_request=memory_request,
+        extended_resources=extended,
         labels=within_budget(labels),
         pod_labels=within_budget(dict(sandbox.labels)) or dict(pod.labels),
         env=policy_env(config.envs),
