@@ -36,6 +36,7 @@ from google.protobuf.message import Message
 
 from resmgr.config import ConfigError, validate_config
 from resmgr.config.files import CACHE, DEFAULTS, FALLBACK, FORCE, choose_config
+from resmgr.control.controllers import Controllers
 from resmgr.manager.cache import Cache, CacheData, CacheEncoder
 from resmgr.manager.deadline_timers import DeadlineTimers
 from resmgr.manager.placement_diff import PENDING_PREFIX, diff_groups, diff_placements, fmt_cpus
@@ -58,6 +59,7 @@ from resmgr.topology.model import Topology
 log = logging.getLogger("resmgr.resource-manager")
 
 # CRI ContainerState values (runtime.v1.ContainerState).
+CONTAINER_RUNNING = 1
 CONTAINER_EXITED = 2
 
 
@@ -103,9 +105,14 @@ class ResourceManager:
     def __init__(self, topology: Topology, *, relay_dir: str | Path = DEFAULT_RELAY_DIR,
                  fallback_config: dict[str, Any] | None = None, force_config: dict[str, Any] | None = None,
                  disable_policy_switch: bool = False, sysfs_root: str = "/", cache_fsync: bool = True,
-                 background_save: bool = False) -> None:
+                 background_save: bool = False, cgroup_root: str | Path = "/sys/fs/cgroup",
+                 resctrl_root: str | Path = "/sys/fs/resctrl") -> None:
         self.topology = topology
         self.sysfs_root = sysfs_root
+        # CPU classes, RDT and block I/O beside the policy (resmgr.control); classes from Adjustments by id.
+        self.controllers = Controllers(topology, sysfs_root=sysfs_root, cgroup_root=cgroup_root,
+                                       resctrl_root=resctrl_root)
+        self.class_overrides: dict[str, dict[str, str]] = {}
         self.cache = Cache(relay_dir, fsync=cache_fsync, background=background_save)
         self.forced = force_config is not None
         self.disable_policy_switch = disable_policy_switch
@@ -153,6 +160,8 @@ class ResourceManager:
                 log.info("switching policy from %s to %s at startup", data.policy, self.policy.name)
             self._reallocate_all()
         self.save()
+        self.controllers.configure(self.config, strict=False)
+        self._sync_cpu_classes()
         log.info("resource manager ready: policy %s (config from %s) on %s", self.policy.name, source,
                  topology.describe())
 
@@ -344,6 +353,7 @@ class ResourceManager:
     def _number(self, updates: list[ContainerUpdate], *also: ContainerUpdate | None) -> list[ContainerUpdate]:
         """Give this decision's updates the next decision number, so that newer ones win (resmgr.relay.update_order)."""
         self._sync_timers()
+        self._sync_cpu_classes()  # every decision ends here: the CPU classes follow the policy's CPUs
         seq = next(self._decisions)
         for u in (*updates, *also):
             if u is not None:
@@ -358,6 +368,9 @@ class ResourceManager:
             return []
         if method == "CreateContainer":
             return self._after_create(request, response, self._create_record(call))
+        if method == "StartContainer":
+            self._apply_container_classes(request.container_id)
+            return []
         if method == "UpdateContainerResources":
             if self._resize_record(call, request) is not None:
                 self.save()  # the runtime applied the resize: now it is the state to restore
@@ -591,6 +604,33 @@ class ResourceManager:
         self.policy.allocate(cid, target)
         return True
 
+    # -- controllers (resmgr.control) -----------------------------------------------------------------
+    def _running_ids(self) -> list[str]:
+        return [cid for cid in self.containers if cid and not cid.startswith(PENDING_PREFIX)
+                and cid in self.policy.containers]
+
+    def _apply_container_classes(self, cid: str) -> dict[str, str]:
+        """Put a started container into its RDT and block I/O classes (never raises: logged and counted)."""
+        container = self.containers.get(cid)
+        if container is None:
+            return {}
+        return self.controllers.container_started(container, self.pods.get(container.pod_id),
+                                                  self.class_overrides.get(cid))
+
+    def _sync_cpu_classes(self) -> None:
+        if self.controllers.running["cpu"] and self.controllers.cpu.active:  # no classes: nothing to follow
+            self.controllers.sync_cpu_classes(self.policy.cpu_classes())
+
+    def set_class_overrides(self, overrides: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+        """Adjustments' ``classes`` (container id -> {rdt, blockio}); containers whose classes changed are
+        re-assigned now. Returns what was applied per container."""
+        with self._lock:
+            wanted = {cid: dict(c) for cid, c in overrides.items() if c}
+            changed = {cid for cid in set(wanted) | set(self.class_overrides)
+                       if wanted.get(cid) != self.class_overrides.get(cid)}
+            self.class_overrides = wanted
+            return {cid: self._apply_container_classes(cid) for cid in sorted(changed) if cid in self.containers}
+
     # -- configuration --------------------------------------------------------------------------------
     def set_config(self, config: dict[str, Any], *, source: str = "agent") -> list[ContainerUpdate]:
         """Apply a new (already schema-validated) config at runtime.
@@ -614,6 +654,7 @@ class ResourceManager:
                               f"(--disable-policy-switch); {self.policy.name!r} stays active", source=source)
         try:
             policy = create_policy(config, self.topology, sysfs_root=self.sysfs_root)
+            self.controllers.configure(config)  # a Required controller that cannot apply it refuses the config
         except ConfigError as exc:
             raise exc.with_source(source) from None
         old = self.policy.placements()
@@ -633,6 +674,8 @@ class ResourceManager:
         if not self.forced:
             self._cached_config = (config, source)
         self.save()
+        for cid in self._running_ids():  # new class definitions apply to running containers too (upstream)
+            self._apply_container_classes(cid)
         log.info("applied config from %s (policy %s)", source, policy.name)
         return diff_placements(old, policy.placements(), reason="config changed")
 
@@ -712,6 +755,8 @@ class ResourceManager:
                     updates.append(ContainerUpdate(cid, fmt_cpus(cpus), fmt_cpus(mems), reason="re-placed at startup"))
                     pending.add(cid)
             self._unsynced.clear()
+            for cid in [cid for cid, c in listed.items() if c.state == CONTAINER_RUNNING]:
+                self._apply_container_classes(cid)  # after a restart: re-assert RDT and block I/O classes
             for cid, res in resources.items():
                 if cid in pending or cid not in new or not res.HasField("linux"):
                     continue
