@@ -5,7 +5,8 @@ in the cache under the relay dir, and refuses a policy switch at runtime) or, fo
 forced file re-read on SIGHUP, ``reconfigure``. Adjustments re-size the selected containers
 through ``ResourceManager.re_place``, which lets the policy re-decide their placement under the
 resource manager's own lock. Every resulting cpuset change goes out as a ``ContainerUpdate``
-through ``send_updates``: the relay's UpdateContainerResources path.
+through ``send_updates``: the relay's UpdateContainerResources path. Their ``classes`` (rdt,
+blockio) go to ``ResourceManager.set_class_overrides``, which re-assigns the containers' classes.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class ResourceManagerApplier:
             else:
                 self._active[cid] = override
         self.send_updates(result.updates, "SetAdjustment")
+        # classes.rdt / classes.blockio: the controllers move the containers (resmgr.control)
+        self.rm.set_class_overrides({cid: o.classes for cid, o in overrides.items()
+                                     if o.classes and cid not in result.missing})
         return errors
 
 
