@@ -10,13 +10,15 @@ WaitingError and is checked again later.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from extension import constants as c
-from extension.component import ManagedResourceComponent, NotHealthy
+from extension import node_proof
+from extension.component import ManagedResourceComponent
 from extension.configs import SplitConfigs, merge_configs, validate_and_split
 from extension.errors import ConfigurationError, RetryLater
 from extension.gardener import imagevector
@@ -25,6 +27,7 @@ from extension.gardener.kube import Apis, is_not_found
 from extension.installation import INSTALL, UNINSTALL, Installation, InstallationValues
 from extension.monitoring import Monitoring
 from extension.provider_config import ProviderConfig, check_worker_pools, parse_provider_config
+from installer import node_record
 
 log = logging.getLogger("extension.actuator")
 
@@ -44,13 +47,15 @@ class ActuatorSettings:
 
 
 class UninstallTimeout(RetryLater):
-    """The uninstall rollout is not healthy in time; still waiting, but reported as an error."""
+    """The uninstall has not finished on every node in time; still waiting, but reported as an error."""
 
 
 class Actuator:
-    def __init__(self, apis: Apis, settings: ActuatorSettings) -> None:
+    def __init__(self, apis: Apis, settings: ActuatorSettings, shoot: node_proof.ShootReader | None = None) -> None:
         self.apis = apis
         self.settings = settings
+        # Reads the nodes' records from the shoot: the proof that an install or uninstall finished.
+        self.shoot = shoot if shoot is not None else node_proof.ShootReader(apis)
 
     # -- inputs -----------------------------------------------------------------------------------
 
@@ -89,24 +94,31 @@ class Actuator:
     # -- components --------------------------------------------------------------------------------
 
     def installation(self, namespace: str, cluster: ClusterInfo, pc: ProviderConfig, split: SplitConfigs,
-                     mode: str) -> Installation:
+                     mode: str, rollout: tuple[str, ...] = ()) -> Installation:
+        """The installation with these values; ``rollout`` tells apart rollouts of equal values (a new deletion)."""
         values = InstallationValues(
             images=self.images(cluster), mode=mode, static_configs=split.static, dynamic_configs=split.dynamic,
             node_selector=pc.node_selector, worker_pools=pc.worker_pools, metrics_port=self.settings.metrics_port,
             metrics_allow=(cluster.pods_cidr,) if self.settings.metrics_allow_pod_network and cluster.pods_cidr else (),
             kubernetes_version=cluster.kubernetes_version or None)
+        values = dataclasses.replace(values, digest=node_proof.rollout_digest(values.chart_values(), *rollout))
         return Installation(self.apis, namespace, values, helm=self.settings.helm, chart_dir=self.settings.chart_dir,
                             poll_interval=self.settings.poll_interval)
 
     def uninstallation(self, extension: dict[str, Any], cluster: ClusterInfo) -> Installation:
-        """The installation in uninstall mode: no configs, only the same node selection as the install."""
+        """The installation in uninstall mode: no configs, only the same node selection as the install.
+
+        Its digest names this deletion (uid and deletionTimestamp): records of an earlier uninstall never count.
+        """
         try:
             pc = self.provider_config(extension)
         except ConfigurationError:
             pc = ProviderConfig()
-        return self.installation(extension["metadata"]["namespace"], cluster,
+        meta = extension["metadata"]
+        return self.installation(meta["namespace"], cluster,
                                  ProviderConfig(node_selector=pc.node_selector, worker_pools=pc.worker_pools),
-                                 SplitConfigs(), UNINSTALL)
+                                 SplitConfigs(), UNINSTALL,
+                                 rollout=(str(meta.get("uid", "")), str(meta.get("deletionTimestamp", ""))))
 
     def installed(self, namespace: str) -> ManagedResourceComponent:
         """The installation as deployed, without values: enough to inspect and destroy it."""
@@ -123,6 +135,7 @@ class Actuator:
     def destroy_all(self, namespace: str) -> None:
         for component in self.components(namespace):
             component.destroy()
+        node_proof.delete_shoot_access(self.apis, namespace)
 
     # -- operations --------------------------------------------------------------------------------
 
@@ -136,6 +149,7 @@ class Actuator:
             log.info("shoot is hibernated, nothing deployed", extra={"namespace": ns})
             return "Shoot is hibernated; nothing deployed"
         installation = self.installation(ns, cluster, pc, split, INSTALL)
+        node_proof.ensure_shoot_access(self.apis, ns)  # the health check reads the nodes' records with it
         secret = installation.deploy()
         self.monitoring(ns).deploy()
         objects = len(installation.render().objects)
@@ -150,7 +164,13 @@ class Actuator:
         return "Force-deleted managed resources without waiting"
 
     def delete(self, extension: dict[str, Any], cluster: ClusterInfo, runtime_seconds: float) -> str:
-        """Roll the installer into uninstall mode, wait for it, then delete the ManagedResources."""
+        """Roll the installer into uninstall mode, wait for every selected node's proof, then delete.
+
+        The ManagedResource's conditions and pod readiness are not proof (a restarted kubelet reports
+        a pod Ready before its first probe); the nodes' records are (extension/node_proof.py). A node
+        whose uninstall failed keeps the Extension in a retried error naming it, with the
+        ManagedResource (and so the uninstalling DaemonSet) still in place.
+        """
         ns = extension["metadata"]["namespace"]
         if cluster.force_deletion:
             return self.force_delete(extension)
@@ -166,17 +186,20 @@ class Actuator:
         if (mr.get("metadata") or {}).get("deletionTimestamp"):
             installed.wait_cleanup()
         uninstallation = self.uninstallation(extension, cluster)
-        secret = uninstallation.deploy()
+        node_proof.ensure_shoot_access(self.apis, ns)
+        uninstallation.deploy()
         try:
-            uninstallation.wait_healthy(secret, "uninstall rollout")
-        except NotHealthy as err:
+            proof = self.shoot.check(ns, node_record.UNINSTALLED, uninstallation.values.digest,
+                                     uninstallation.selection(), self.settings.poll_interval)
+        except node_proof.NodesNotDone as err:
             if runtime_seconds > self.settings.uninstall_timeout:
                 raise UninstallTimeout(
-                    f"uninstall rollout not healthy after {int(runtime_seconds)}s "
-                    f"(timeout {int(self.settings.uninstall_timeout)}s): {err.detail}; still waiting",
+                    f"uninstall not finished after {int(runtime_seconds)}s "
+                    f"(timeout {int(self.settings.uninstall_timeout)}s): {err}; still waiting",
                     self.settings.poll_interval) from None
             raise
-        log.info("uninstall rollout healthy, deleting managed resources", extra={"namespace": ns})
+        log.info("every selected node recorded its uninstall, deleting managed resources",
+                 extra={"namespace": ns, "nodes": proof.nodes})
         self.destroy_all(ns)
         installed.wait_cleanup()
         return "Uninstalled cri-resmgr and deleted managed resources"

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from extension import chart_render
+from extension import chart_render, node_proof
 from extension import constants as c
 from extension.component import ManagedResourceComponent
 from extension.gardener import managed_resources
 from extension.gardener.kube import Apis
+from installer import node_record
 
 INSTALL, UNINSTALL = "install", "uninstall"
 
@@ -34,11 +35,13 @@ class InstallationValues:
     # Networks besides the node itself that may read cri-resmgr's /metrics (its --metrics-allow).
     metrics_allow: tuple[str, ...] = ()
     kubernetes_version: str | None = None
+    # Identifies the rollout in each node's record (extension/node_proof.py); empty: no proof expected.
+    digest: str = ""
 
     def chart_values(self) -> dict[str, Any]:
         return {
             "images": self.images,
-            "installer": {"mode": self.mode},
+            "installer": {"mode": self.mode, "digest": self.digest},
             "configs": {"static": self.static_configs, "dynamic": self.dynamic_configs},
             "nodeSelector": self.node_selector,
             "workerPools": list(self.worker_pools),
@@ -74,4 +77,15 @@ class Installation(ManagedResourceComponent):
 
     def spec(self) -> managed_resources.ManagedResourceSpec:
         data = {c.SECRET_DATA_KEY: self.render().manifests.encode()}
-        return managed_resources.for_shoot(self.namespace, self.name, data)
+        return managed_resources.for_shoot(self.namespace, self.name, data, self.proof_annotations())
+
+    def selection(self) -> node_proof.Selection:
+        return node_proof.Selection(dict(self.values.node_selector), tuple(self.values.worker_pools))
+
+    def proof_annotations(self) -> dict[str, str]:
+        """What every selected node's record must say, for the health check (the MR carries it)."""
+        if not self.values.digest:
+            return {}
+        state = node_record.UNINSTALLED if self.values.mode == UNINSTALL else node_record.INSTALLED
+        return {node_proof.EXPECTED_STATE_ANNOTATION: state, node_proof.EXPECTED_DIGEST_ANNOTATION: self.values.digest,
+                node_proof.EXPECTED_SELECTION_ANNOTATION: self.selection().to_annotation()}

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from extension import base_configs
+from extension import base_configs, node_proof
 from extension import constants as c
 from extension.actuator import Actuator, UninstallTimeout
 from extension.errors import ConfigurationError, RetryLater, WaitingError
@@ -279,4 +279,5 @@ class Reconciler:
             cluster, error = None, f"cannot read Cluster: {err}"
         if cluster is not None and cluster.shoot_failed:
             return None  # Gardener leaves Extensions of failed shoots alone, health included
-        return health.check_and_report(self.apis, body, cluster, error)
+        return health.check_and_report(self.apis, body, cluster, error,
+                                       node_check=lambda mr: node_proof.health(self.actuator.shoot, ns, mr))

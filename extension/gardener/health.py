@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from extension import constants as c
@@ -81,9 +82,15 @@ def is_healthy(mr: dict[str, Any] | None, *, secret_name: str | None = None) -> 
     return status == "True"
 
 
+NodeCheck = Callable[[dict[str, Any] | None], "tuple[str, str, str] | None"]
+
+
 def check_and_report(apis: Apis, extension: dict[str, Any], cluster: ClusterInfo | None,
-                     cluster_error: str | None = None) -> dict[str, Any]:
-    """Assess health now and write the condition onto the Extension; returns the condition."""
+                     cluster_error: str | None = None, node_check: NodeCheck | None = None) -> dict[str, Any]:
+    """Assess health now and write the condition onto the Extension; returns the condition.
+
+    ``node_check(mr)`` (the nodes' own records) has the last word once the ManagedResource is healthy.
+    """
     meta = extension["metadata"]
     ns, name = meta["namespace"], meta["name"]
     try:
@@ -92,6 +99,8 @@ def check_and_report(apis: Apis, extension: dict[str, Any], cluster: ClusterInfo
     except Exception as err:  # the check itself failed: Gardener reports ConditionCheckError
         mr, error = None, f"cannot read managed resource: {err}"
     status, reason, message = assess(mr, hibernated=bool(cluster and cluster.hibernated), error=error)
+    if status == "True" and node_check is not None and not (cluster and cluster.hibernated):
+        status, reason, message = node_check(mr) or (status, reason, message)
     conditions = (extension.get("status") or {}).get("conditions") or []
     new = updated_condition(_condition(conditions, c.HEALTH_CONDITION_TYPE), status, reason, message)
     patch_status(apis, ns, name, {"conditions": merge_conditions(conditions, new)})

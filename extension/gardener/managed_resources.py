@@ -46,13 +46,15 @@ class ManagedResourceSpec:
     labels: dict[str, str] | None = None
     inject_labels: dict[str, str] | None = None
     keep_objects: bool = False
+    annotations: dict[str, str] | None = None  # ours, beside the secret reference annotations
 
 
-def for_shoot(namespace: str, name: str, data: dict[str, bytes]) -> ManagedResourceSpec:
+def for_shoot(namespace: str, name: str, data: dict[str, bytes],
+              annotations: dict[str, str] | None = None) -> ManagedResourceSpec:
     """Class unset (the shoot's resource manager), our origin, no-cleanup injected."""
     return ManagedResourceSpec(name=name, namespace=namespace, data=data, resource_class=None,
                                labels={c.ORIGIN_LABEL: c.ORIGIN_VALUE},
-                               inject_labels={c.SHOOT_NO_CLEANUP_LABEL: "true"})
+                               inject_labels={c.SHOOT_NO_CLEANUP_LABEL: "true"}, annotations=annotations)
 
 
 def for_seed(namespace: str, name: str, data: dict[str, bytes]) -> ManagedResourceSpec:
@@ -109,7 +111,7 @@ def deploy(apis: Apis, spec: ManagedResourceSpec) -> str:
         mr_spec["class"] = spec.resource_class
     if spec.inject_labels:
         mr_spec["injectLabels"] = dict(spec.inject_labels)
-    annotations = {reference_annotation_key(secret_name): secret_name}
+    annotations = {**(spec.annotations or {}), reference_annotation_key(secret_name): secret_name}
     if current is None:
         body = {
             "apiVersion": f"{c.RESOURCES_GROUP}/{c.RESOURCES_VERSION}",

@@ -8,10 +8,12 @@ import pytest
 from unit.extension.fake_api import FakeApis
 
 from extension import constants as c
+from extension import node_proof
 from extension.actuator import Actuator, ActuatorSettings, UninstallTimeout
 from extension.errors import ConfigurationError, WaitingError
 from extension.gardener.cluster import ClusterInfo
 from extension.installation import UNINSTALL
+from installer import node_record
 
 REPO = Path(__file__).resolve().parents[3]
 NS = "shoot--dev--local"
@@ -37,6 +39,25 @@ def provider_config(**configs: str) -> dict:
             "configs": configs}
 
 
+class RecordedShoot(node_proof.ShootReader):
+    """The shoot's nodes and node records, in memory (the real reader is tested in the integration tests)."""
+
+    def __init__(self, apis: FakeApis) -> None:
+        super().__init__(apis)
+        self.nodes: list[dict] = []
+        self.leases: dict[str, dict] = {}
+
+    def add_node(self, name: str, pool: str = "pool-a") -> None:
+        self.nodes.append({"metadata": {"name": name, "labels": {
+            "worker.gardener.cloud/cri-name": "containerd", c.WORKER_POOL_LABEL: pool}}})
+
+    def record(self, node: str, state: str, digest: str, reason: str = "") -> None:
+        self.leases[node] = node_record.NodeRecord(node, state, digest, reason).to_lease()
+
+    def nodes_and_records(self, namespace: str) -> tuple[list[dict], list[dict]]:
+        return self.nodes, list(self.leases.values())
+
+
 @pytest.fixture
 def apis() -> FakeApis:
     return FakeApis()
@@ -44,7 +65,8 @@ def apis() -> FakeApis:
 
 def make_actuator(apis: FakeApis, helm: str = "helm-is-not-needed", **settings) -> Actuator:
     return Actuator(apis, ActuatorSettings(chart_dir=REPO / "charts" / "internal" / "cri-resmgr-installation",
-                                           images_file=REPO / "charts" / "images.yaml", helm=helm, **settings))
+                                           images_file=REPO / "charts" / "images.yaml", helm=helm, **settings),
+                    shoot=RecordedShoot(apis))
 
 
 @pytest.fixture
@@ -89,21 +111,50 @@ def test_reconcile_deploys_both_components_and_is_idempotent(apis: FakeApis, act
     assert [verb for verb, _ in apis.store.calls[writes:]] == ["patch", "patch"]
 
 
-def test_delete_rolls_the_uninstall_and_waits_for_it(apis: FakeApis, actuator: Actuator) -> None:
-    ex = extension(provider_config(fallback=FALLBACK))
-    actuator.reconcile(ex, cluster())
+def test_delete_rolls_the_uninstall_and_waits_for_every_node_record(apis: FakeApis, actuator: Actuator) -> None:
+    shoot = actuator.shoot
+    shoot.add_node("n1")
+    shoot.add_node("n2")
+    shoot.add_node("other-pool", pool="pool-b")  # not selected: never waited for
+    ex = extension({**provider_config(fallback=FALLBACK), "workerPools": ["pool-a"]})
+    ex["metadata"].update(uid="u1", deletionTimestamp="2026-11-22T23:00:00Z")
+    actuator.reconcile(ex, cluster(worker_pools=("pool-a", "pool-b")))
     installed = secret_of(apis)
-    with pytest.raises(WaitingError, match="waiting for the uninstall rollout to become healthy"):
+    install_digest = apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME)["metadata"]["annotations"][
+        node_proof.EXPECTED_DIGEST_ANNOTATION]
+    for node in ("n1", "n2"):
+        shoot.record(node, node_record.UNINSTALLED, "digest-of-an-earlier-disable")
+    with pytest.raises(WaitingError, match="waiting for the uninstall on 2 of 2 node.*n1: record is of another"):
         actuator.delete(ex, cluster(), runtime_seconds=1)
     uninstalling = secret_of(apis)
     assert uninstalling != installed  # the installer now runs in uninstall mode
     assert apis.object("secrets", NS, installed)["metadata"]["labels"][c.GARBAGE_COLLECTABLE_LABEL] == "true"
-    with pytest.raises(UninstallTimeout, match="not healthy after 601s"):
-        actuator.delete(ex, cluster(), runtime_seconds=601)
+    digest = actuator.uninstallation(ex, cluster()).values.digest
+    assert digest != install_digest
+    # A healthy ManagedResource is not proof.
     mark_healthy(apis)
-    assert actuator.delete(ex, cluster(), runtime_seconds=602) == \
+    shoot.record("n1", node_record.UNINSTALLED, digest)
+    with pytest.raises(UninstallTimeout, match="not finished after 601s.*1 of 2 node.*n2"):
+        actuator.delete(ex, cluster(), runtime_seconds=601)
+    shoot.record("n2", node_record.UNINSTALL_FAILED, digest, "uninstall failed: kubelet did not come back")
+    with pytest.raises(node_proof.NodesFailed, match="uninstall failed on 1 of 2 node.*n2: uninstall failed: kubelet"):
+        actuator.delete(ex, cluster(), runtime_seconds=602)
+    assert apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME) is not None  # the uninstalling DaemonSet stays
+    shoot.nodes = [n for n in shoot.nodes if n["metadata"]["name"] != "n2"]  # a node that is gone never blocks
+    assert actuator.delete(ex, cluster(), runtime_seconds=603) == \
         "Uninstalled cri-resmgr and deleted managed resources"
     assert [key for key in apis.store.objects if key[0] in (MRS, "secrets")] == []
+
+
+def test_a_new_deletion_has_a_new_digest(actuator: Actuator) -> None:
+    ex = extension(provider_config(fallback=FALLBACK))
+    first = actuator.uninstallation({**ex, "metadata": {**ex["metadata"], "uid": "u1",
+                                                        "deletionTimestamp": "2026-11-22T23:00:00Z"}}, cluster())
+    again = actuator.uninstallation({**ex, "metadata": {**ex["metadata"], "uid": "u1",
+                                                        "deletionTimestamp": "2026-11-22T23:00:00Z"}}, cluster())
+    later = actuator.uninstallation({**ex, "metadata": {**ex["metadata"], "uid": "u2",
+                                                        "deletionTimestamp": "2026-11-23T01:00:00Z"}}, cluster())
+    assert first.values.digest == again.values.digest != later.values.digest
 
 
 def test_uninstall_values_keep_only_the_node_selection(apis: FakeApis, actuator: Actuator) -> None:

@@ -7,11 +7,12 @@ import pytest
 from unit.extension.fake_api import FakeApis
 from unit.extension.test_actuator import FALLBACK, MRS, NS, make_actuator, mark_healthy, provider_config
 
-from extension import base_configs
+from extension import base_configs, node_proof
 from extension import constants as c
 from extension.errors import RetryLater
 from extension.gardener import status
 from extension.reconciler import CONFIG_RETRY_MAX, OperatorSettings, Reconciler
+from installer import node_record
 
 EXT = ("extensions", NS, "cri-resmgr")
 
@@ -116,14 +117,24 @@ def test_delete_waits_for_the_uninstall_then_succeeds(apis: FakeApis, tools) -> 
     put_cluster(apis)
     put_extension(apis, provider_config(fallback=FALLBACK))
     r = reconciler(apis, str(tools.helm))
+    r.actuator.shoot.add_node("n1")
     assert r.change(NS, "cri-resmgr").startswith("Deployed")
-    with pytest.raises(RetryLater, match="uninstall rollout"):
+    with pytest.raises(RetryLater, match="waiting for the uninstall on 1 of 1 node"):
         r.delete(NS, "cri-resmgr", runtime_seconds=1)
     last = extension(apis)["status"]["lastOperation"]
     assert (last["type"], last["state"]) == (status.DELETE, status.PROCESSING)
-    assert "waiting for the uninstall rollout" in last["description"]
-    mark_healthy(apis)
-    assert r.delete(NS, "cri-resmgr", runtime_seconds=5, retry=1) == \
+    assert "n1: no record yet" in last["description"]
+    mark_healthy(apis)  # not proof
+    digest = apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME)["metadata"]["annotations"][
+        node_proof.EXPECTED_DIGEST_ANNOTATION]
+    r.actuator.shoot.record("n1", node_record.UNINSTALL_FAILED, digest, "uninstall failed: boom")
+    with pytest.raises(RetryLater, match="uninstall failed on 1 of 1 node"):
+        r.delete(NS, "cri-resmgr", runtime_seconds=3, retry=1)
+    ex = extension(apis)
+    assert "n1: uninstall failed: boom" in ex["status"]["lastError"]["description"]
+    assert ex["status"]["lastOperation"]["state"] == status.ERROR
+    r.actuator.shoot.record("n1", node_record.UNINSTALLED, digest)
+    assert r.delete(NS, "cri-resmgr", runtime_seconds=5, retry=2) == \
         "Uninstalled cri-resmgr and deleted managed resources"
     last = extension(apis)["status"]["lastOperation"]
     assert (last["type"], last["state"]) == (status.DELETE, status.SUCCEEDED)

@@ -1,0 +1,265 @@
+"""Per-node proof that an install or uninstall has finished, read from the shoot.
+
+ManagedResource conditions and pod readiness are not proof: a restarted kubelet reports the
+installer pod Ready about 2 s before its first readiness probe ran. Each node's installer writes
+the Lease kube-system/cri-resmgr-node-<node> (installer/node_record.py) after "install complete"
+or "uninstall complete"; this module reads those records against the shoot's node list:
+
+* only the nodes the installation selects count (containerd nodes matching the nodeSelector and
+  the workerPools, as the chart schedules the installer); a node that left the list no longer blocks;
+* a record counts only with the expected state and the digest of the rollout the extension
+  deployed (``rollout_digest``): a record of an earlier rollout never does;
+* a node whose record says its uninstall failed is an error naming the node and the reason.
+
+The shoot is read the standard Gardener way: the Secret ``shoot-access-extension-cri-resmgr``
+(gardener-resource-manager's token-requestor fills in a token of the shoot ServiceAccount
+kube-system/extension-cri-resmgr) combined with the generic token kubeconfig that gardenlet
+writes into the shoot namespace and names in the Cluster's annotation.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+
+from extension import constants as c
+from extension.errors import RetryLater, WaitingError
+from extension.gardener.kube import Apis, is_conflict, is_not_found
+from installer import node_record
+
+# Gardener's contract for shoot access (gardener pkg/utils/gardener AccessSecret, resources.gardener.cloud).
+SHOOT_ACCESS_SERVICE_ACCOUNT = "extension-cri-resmgr"
+SHOOT_ACCESS_SECRET = "shoot-access-" + SHOOT_ACCESS_SERVICE_ACCOUNT
+PURPOSE_LABEL = "resources.gardener.cloud/purpose"
+PURPOSE_TOKEN_REQUESTOR = "token-requestor"
+CLASS_LABEL = "resources.gardener.cloud/class"
+CLASS_SHOOT = "shoot"
+SA_NAME_ANNOTATION = "serviceaccount.resources.gardener.cloud/name"
+SA_NAMESPACE_ANNOTATION = "serviceaccount.resources.gardener.cloud/namespace"
+GENERIC_KUBECONFIG_ANNOTATION = "generic-token-kubeconfig.secret.gardener.cloud/name"
+GENERIC_KUBECONFIG_DEFAULT = "generic-token-kubeconfig"
+# The chart's baseNodeSelector: the installer runs only where containerd runs.
+BASE_NODE_SELECTOR = {"worker.gardener.cloud/cri-name": "containerd"}
+# Annotations on the ManagedResource: what the records must say for the health check.
+EXPECTED_STATE_ANNOTATION = "cri-resmgr.extensions.gardener.cloud/node-record-state"
+EXPECTED_DIGEST_ANNOTATION = "cri-resmgr.extensions.gardener.cloud/node-record-digest"
+EXPECTED_SELECTION_ANNOTATION = "cri-resmgr.extensions.gardener.cloud/node-selection"
+MAX_NAMED = 5  # nodes named in one message; the rest are counted
+
+
+class NodesNotDone(WaitingError):
+    """Some selected nodes have no record of the expected rollout yet."""
+
+
+class NodesFailed(RetryLater):
+    """Some selected nodes report that the step failed; retried, and reported as an error."""
+
+
+def rollout_digest(chart_values: dict[str, Any], *extra: str) -> str:
+    """The digest of a rollout: its chart values (and, for an uninstall, the deletion it answers)."""
+    doc = json.dumps({"values": chart_values, "extra": list(extra)}, sort_keys=True, default=str)
+    return hashlib.sha256(doc.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Selection:
+    node_selector: dict[str, str] = field(default_factory=dict)
+    worker_pools: tuple[str, ...] = ()
+
+    def selects(self, labels: dict[str, str]) -> bool:
+        wanted = {**BASE_NODE_SELECTOR, **self.node_selector}
+        if any(labels.get(k) != v for k, v in wanted.items()):
+            return False
+        return not self.worker_pools or labels.get(c.WORKER_POOL_LABEL) in self.worker_pools
+
+    def to_annotation(self) -> str:
+        return json.dumps({"nodeSelector": self.node_selector, "workerPools": list(self.worker_pools)},
+                          sort_keys=True)
+
+    @classmethod
+    def from_annotation(cls, text: str) -> Selection:
+        doc = json.loads(text or "{}")
+        return cls(dict(doc.get("nodeSelector") or {}), tuple(doc.get("workerPools") or ()))
+
+
+@dataclass(frozen=True)
+class Proof:
+    nodes: int  # selected nodes
+    pending: list[str]  # "node: why"
+    failed: list[str]  # "node: reason"
+
+    @property
+    def done(self) -> bool:
+        return not self.pending and not self.failed
+
+
+def assess(nodes: list[dict[str, Any]], leases: list[dict[str, Any]], state: str, digest: str,
+           selection: Selection) -> Proof:
+    """Judge the records against the node list: which selected nodes are done, pending or failed."""
+    records = {r.node: r for r in (node_record.from_lease(lease) for lease in leases) if r is not None}
+    failed_state = node_record.UNINSTALL_FAILED if state == node_record.UNINSTALLED else node_record.INSTALL_FAILED
+    pending, failed, selected = [], [], 0
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = node["metadata"]["name"]
+        if not selection.selects(node["metadata"].get("labels") or {}):
+            continue
+        selected += 1
+        rec = records.get(name)
+        if rec is None:
+            pending.append(f"{name}: no record yet")
+        elif rec.digest != digest:
+            pending.append(f"{name}: record is of another rollout ({rec.state})")
+        elif rec.state == state:
+            continue
+        elif rec.state == failed_state:
+            failed.append(f"{name}: {rec.reason or rec.state}")
+        else:
+            pending.append(f"{name}: {rec.state}" + (f" ({rec.reason})" if rec.reason else ""))
+    return Proof(selected, pending, failed)
+
+
+def describe(items: list[str]) -> str:
+    shown = "; ".join(items[:MAX_NAMED])
+    return shown + (f"; and {len(items) - MAX_NAMED} more" if len(items) > MAX_NAMED else "")
+
+
+# -- shoot access --------------------------------------------------------------------------------
+
+
+def access_secret_body(namespace: str) -> client.V1Secret:
+    """The shoot-access Secret as Gardener's AccessSecret writes it (purpose, class, ServiceAccount)."""
+    return client.V1Secret(type="Opaque", metadata=client.V1ObjectMeta(
+        name=SHOOT_ACCESS_SECRET, namespace=namespace,
+        labels={PURPOSE_LABEL: PURPOSE_TOKEN_REQUESTOR, CLASS_LABEL: CLASS_SHOOT, c.ORIGIN_LABEL: c.ORIGIN_VALUE},
+        annotations={SA_NAME_ANNOTATION: SHOOT_ACCESS_SERVICE_ACCOUNT,
+                     SA_NAMESPACE_ANNOTATION: c.SHOOT_SYSTEM_NAMESPACE}))
+
+
+def ensure_shoot_access(apis: Apis, namespace: str) -> None:
+    """Create the shoot-access Secret for gardener-resource-manager's token-requestor (once)."""
+    try:
+        apis.core.create_namespaced_secret(namespace, access_secret_body(namespace))
+    except Exception as err:
+        if not is_conflict(err):
+            raise
+
+
+def delete_shoot_access(apis: Apis, namespace: str) -> None:
+    try:
+        apis.core.delete_namespaced_secret(SHOOT_ACCESS_SECRET, namespace)
+    except Exception as err:
+        if not is_not_found(err):
+            raise
+
+
+def _secret_data(apis: Apis, namespace: str, name: str) -> dict[str, bytes] | None:
+    try:
+        secret = apis.core.read_namespaced_secret(name, namespace)
+    except Exception as err:
+        if is_not_found(err):
+            return None
+        raise
+    return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+
+
+def shoot_kubeconfig(generic_kubeconfig: bytes, token: str) -> dict[str, Any]:
+    """The generic kubeconfig with its user's token file replaced by the token itself (in-process use)."""
+    doc = yaml.safe_load(generic_kubeconfig)
+    if not isinstance(doc, dict) or not doc.get("users"):
+        raise ValueError("the generic token kubeconfig has no users")
+    for user in doc["users"]:
+        user["user"] = {"token": token}
+    return doc
+
+
+class ShootReader:
+    """Reads nodes and node records of one shoot through the shoot-access token; clients are cached per token."""
+
+    def __init__(self, apis: Apis) -> None:
+        self.apis = apis
+        self._clients: dict[str, tuple[str, client.ApiClient]] = {}
+
+    def api_client(self, namespace: str) -> client.ApiClient:
+        ensure_shoot_access(self.apis, namespace)
+        kubeconfig_name = self._generic_kubeconfig_name(namespace)
+        generic = _secret_data(self.apis, namespace, kubeconfig_name)
+        if generic is None or b"kubeconfig" not in generic:
+            raise WaitingError(f"waiting for the generic token kubeconfig secret {namespace}/{kubeconfig_name} "
+                               "(written by gardenlet) to read the shoot's nodes", 5.0)
+        access = _secret_data(self.apis, namespace, SHOOT_ACCESS_SECRET) or {}
+        token = access.get("token", b"").decode()
+        if not token:
+            raise WaitingError(f"waiting for gardener-resource-manager's token-requestor to fill in "
+                               f"secret {namespace}/{SHOOT_ACCESS_SECRET}", 5.0)
+        key = hashlib.sha256(generic["kubeconfig"] + token.encode()).hexdigest()
+        cached = self._clients.get(namespace)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        cfg = client.Configuration()
+        config.load_kube_config_from_dict(shoot_kubeconfig(generic["kubeconfig"], token), client_configuration=cfg)
+        api = client.ApiClient(cfg)
+        self._clients[namespace] = (key, api)
+        return api
+
+    def _generic_kubeconfig_name(self, namespace: str) -> str:
+        try:
+            cluster = self.apis.custom.get_cluster_custom_object(
+                c.EXTENSIONS_GROUP, c.EXTENSIONS_VERSION, c.CLUSTERS_PLURAL, namespace)
+        except Exception as err:
+            if is_not_found(err):
+                return GENERIC_KUBECONFIG_DEFAULT
+            raise
+        ann = (cluster.get("metadata") or {}).get("annotations") or {}
+        return ann.get(GENERIC_KUBECONFIG_ANNOTATION) or GENERIC_KUBECONFIG_DEFAULT
+
+    def nodes_and_records(self, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        api = self.api_client(namespace)
+        nodes = _list(client.CoreV1Api(api).list_node)
+        leases = _list(client.CoordinationV1Api(api).list_namespaced_lease, namespace=c.SHOOT_SYSTEM_NAMESPACE,
+                       label_selector=f"{node_record.LABEL}={node_record.LABEL_VALUE}")
+        return nodes, leases
+
+    def check(self, namespace: str, state: str, digest: str, selection: Selection, delay: float) -> Proof:
+        """Raise NodesFailed or NodesNotDone unless every selected node's record says ``state`` for ``digest``."""
+        nodes, leases = self.nodes_and_records(namespace)
+        proof = assess(nodes, leases, state, digest, selection)
+        verb = "uninstall" if state == node_record.UNINSTALLED else "install"
+        if proof.failed:
+            raise NodesFailed(f"{verb} failed on {len(proof.failed)} of {proof.nodes} node(s): "
+                              f"{describe(proof.failed)}; retrying", delay)
+        if proof.pending:
+            raise NodesNotDone(f"waiting for the {verb} on {len(proof.pending)} of {proof.nodes} node(s): "
+                               f"{describe(proof.pending)}", delay)
+        return proof
+
+
+def health(reader: ShootReader, namespace: str, mr: dict[str, Any] | None) -> tuple[str, str, str] | None:
+    """SystemComponentsHealthy from the nodes' records, for a ManagedResource that says what to expect.
+
+    None when the ManagedResource expects no records (deployed before node records existed).
+    """
+    ann = ((mr or {}).get("metadata") or {}).get("annotations") or {}
+    state, digest = ann.get(EXPECTED_STATE_ANNOTATION), ann.get(EXPECTED_DIGEST_ANNOTATION)
+    if not state or not digest:
+        return None
+    try:
+        proof = reader.check(namespace, state, digest, Selection.from_annotation(ann.get(EXPECTED_SELECTION_ANNOTATION,
+                                                                                            "")), 0)
+    except NodesFailed as err:
+        return "False", c.REASON_UNSUCCESSFUL, str(err)
+    except WaitingError as err:  # nodes not done, or no shoot access yet
+        return "Progressing", c.REASON_PROGRESSING, str(err)
+    except Exception as err:  # the shoot cannot be read: the check itself failed
+        return "Unknown", c.REASON_CONDITION_CHECK_ERROR, f"cannot read the nodes' records from the shoot: {err}"
+    return "True", c.REASON_SUCCESSFUL, f"All health checks successful; {proof.nodes} node(s) report {state}"
+
+
+def _list(fn: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    resp = fn(_preload_content=False, **kwargs)
+    return list(json.loads(resp.data).get("items") or [])

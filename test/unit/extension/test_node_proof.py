@@ -1,0 +1,77 @@
+"""Judging the nodes' records against the node list (extension/node_proof.py), and the shoot kubeconfig."""
+
+from __future__ import annotations
+
+import yaml
+
+from extension import constants as c
+from extension import node_proof
+from extension.node_proof import Selection, assess
+from installer import node_record
+
+
+def node(name: str, pool: str = "a", cri: str = "containerd", **labels: str) -> dict:
+    return {"metadata": {"name": name, "labels": {"worker.gardener.cloud/cri-name": cri,
+                                                  c.WORKER_POOL_LABEL: pool, **labels}}}
+
+
+def lease(name: str, state: str, digest: str = "d", reason: str = "") -> dict:
+    return node_record.NodeRecord(name, state, digest, reason).to_lease()
+
+
+def test_every_selected_node_must_record_the_expected_state_of_this_rollout() -> None:
+    nodes = [node("n1"), node("n2"), node("n3", pool="b"), node("docker", cri="docker")]
+    leases = [lease("n1", node_record.UNINSTALLED), lease("n2", node_record.UNINSTALLED, digest="older"),
+              lease("n3", node_record.INSTALLED)]
+    proof = assess(nodes, leases, node_record.UNINSTALLED, "d", Selection())
+    assert proof.nodes == 3  # the docker node is never selected
+    assert proof.pending == ["n2: record is of another rollout (uninstalled)",
+                             "n3: record is of another rollout (installed)"]
+    assert not proof.done
+    # Worker pools narrow the selection; nodes that are gone or unselected never block.
+    only_a = assess(nodes, leases, node_record.UNINSTALLED, "d", Selection(worker_pools=("a",)))
+    assert only_a.nodes == 2 and only_a.pending == ["n2: record is of another rollout (uninstalled)"]
+    assert assess(nodes[:1], leases, node_record.UNINSTALLED, "d", Selection(worker_pools=("a",))).done
+
+
+def test_failures_and_progress_are_told_apart() -> None:
+    nodes = [node("n1"), node("n2"), node("n3", role="db")]
+    leases = [lease("n1", node_record.UNINSTALL_FAILED, reason="uninstall failed: boom"),
+              lease("n2", node_record.INSTALLED)]
+    proof = assess(nodes, leases, node_record.UNINSTALLED, "d", Selection())
+    assert proof.failed == ["n1: uninstall failed: boom"]
+    assert proof.pending == ["n2: installed", "n3: no record yet"]
+    install = assess(nodes, [lease("n1", node_record.DEGRADED, reason="relay silent")], node_record.INSTALLED,
+                     "d", Selection(node_selector={"role": "db"}))
+    assert install.nodes == 1 and install.pending == ["n3: no record yet"] and not install.failed
+
+
+def test_a_lease_is_a_record_only_under_its_holders_name() -> None:
+    forged = lease("n1", node_record.UNINSTALLED)
+    forged["spec"]["holderIdentity"] = "n2"
+    assert node_record.from_lease(forged) is None
+    assert assess([node("n2")], [forged], node_record.UNINSTALLED, "d", Selection()).pending == ["n2: no record yet"]
+
+
+def test_selection_round_trips_through_the_annotation() -> None:
+    sel = Selection({"role": "db"}, ("a", "b"))
+    assert Selection.from_annotation(sel.to_annotation()) == sel
+    assert Selection.from_annotation("") == Selection()
+
+
+def test_many_nodes_are_counted_not_listed() -> None:
+    nodes = [node(f"n{i:03d}") for i in range(100)]
+    proof = assess(nodes, [], node_record.UNINSTALLED, "d", Selection())
+    text = node_proof.describe(proof.pending)
+    assert text.startswith("n000: no record yet") and text.endswith("and 95 more")
+
+
+def test_the_shoot_kubeconfig_uses_the_token_instead_of_the_token_file() -> None:
+    generic = yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "shoot",
+        "clusters": [{"name": "shoot", "cluster": {"server": "https://kube-apiserver"}}],
+        "contexts": [{"name": "shoot", "context": {"cluster": "shoot", "user": "shoot"}}],
+        "users": [{"name": "shoot", "user": {"tokenFile": "/var/run/secrets/gardener.cloud/shoot/token/token"}}]})
+    doc = node_proof.shoot_kubeconfig(generic.encode(), "tok")
+    assert doc["users"] == [{"name": "shoot", "user": {"token": "tok"}}]
+    assert doc["clusters"][0]["cluster"]["server"] == "https://kube-apiserver"
