@@ -298,6 +298,10 @@ class TopologyAwarePolicy(Policy):
     def on_rename(self, old: str, new: str) -> None:
         self.memory.rename(old, new)
 
+    def allocate(self, cid: str, container: ContainerInfo) -> None:
+        super().allocate(cid, container)
+        self.memory.request(cid, container)  # a cold start begins with the allocation
+
     def placement(self, cid: str) -> Placement:
         grant = self.grants.get(cid)
         if grant is None:
