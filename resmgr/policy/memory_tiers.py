@@ -316,8 +316,7 @@ class PoolMemory:
 
     def export(self, live: Iterable[str]) -> dict[str, Any]:
         live = set(live)
-        return {"cold_start_until": {cid: t for cid, t in self.cold.items() if cid in live},
-                "cold_start_done": sorted(self.warm & live)}
+        return {"cold_start_until": {cid: t for cid, t in self.cold.items() if cid in live}}
 
     def restore(self, data: Mapping[str, Any], live: Iterable[str]) -> None:
         until = data.get("cold_start_until", {}) if isinstance(data, Mapping) else {}
@@ -326,6 +325,6 @@ class PoolMemory:
         live = set(live)
         self.cold = {str(cid): float(t) for cid, t in until.items()
                      if cid in live and isinstance(t, (int, float)) and not isinstance(t, bool)}
-        done = data.get("cold_start_done", []) if isinstance(data, Mapping) else []
-        self.warm = {cid for cid in done if isinstance(cid, str) and cid in live} if isinstance(done, list) else set()
+        # Containers restored without a cold start of their own ran already: never start one for them.
+        self.warm = live - set(self.cold)
         self._requests.clear()
