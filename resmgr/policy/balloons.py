@@ -278,6 +278,9 @@ class BalloonsPolicy(Policy):
     def exclusive_sets(self) -> dict[str, frozenset[int]]:
         return {name: b.cpus for name, b in self.balloons.items() if b.cpus}
 
+    def pool_cpus(self) -> dict[str, frozenset[int]]:
+        return {RESERVED: self.reserved, **{name: b.cpus for name, b in self.balloons.items()}}
+
     def export_extra(self) -> dict[str, Any]:
         return {"balloons": [{"name": b.name, "type": b.type, "cpus": format_cpuset(b.cpus),
                               "members": dict(b.members)} for b in self.balloons.values()]}

@@ -71,6 +71,9 @@ class StaticPolicy(Policy):
     def group_placement(self, key: str) -> Placement | None:
         return self._shared_placement if key == SHARED else None
 
+    def pool_cpus(self) -> dict[str, frozenset[int]]:
+        return {SHARED: frozenset(self._shared)}
+
     def restore_extra(self, data: dict[str, Any]) -> None:
         self._exclusive = set()
         for cid, g in self.grants.items():
