@@ -359,6 +359,10 @@ class TopologyAwarePolicy(Policy):
             if g.pool != RESERVED and (g.kind == "shared" or g.shared_milli) and not self._shared[g.pool]:
                 raise RestoreError(f"cached shared grant of {cid} is in pool {g.pool}, which has no shared CPU left")
 
+    def pool_cpus(self) -> dict[str, frozenset[int]]:
+        """Each pool's shared CPUs (exclusive ones belong to their containers), and the reserved CPUs."""
+        return {**self._shared, RESERVED: self.reserved}
+
     def describe_pools(self) -> dict[str, str]:
         return {name: format_cpuset(self._shared[name]) for name in self.pools}
 
