@@ -283,6 +283,32 @@ class ResourceManager:
             counts = Counter(g.pool for cid, g in self.policy.grants.items() if not cid.startswith(PENDING_PREFIX))
         return [((name, pool), float(n)) for pool, n in sorted(counts.items())]
 
+    def pool_stats(self) -> tuple[str, list[tuple[str, frozenset[int], frozenset[int], int]]]:
+        """(policy, [(pool, its CPUs, their memory nodes, its containers' CPU requests in milli-CPU)]) for the
+        metrics; pending reservations left out."""
+        with self._lock:
+            policy = self.policy
+            requested = Counter()
+            for cid, g in policy.grants.items():
+                container = policy.containers.get(cid)
+                if container is not None and not cid.startswith(PENDING_PREFIX):
+                    requested[g.pool] += container.request_milli
+            pools = policy.pool_cpus()
+        return policy.name, [(pool, cpus, self.topology.nodes_of(cpus), requested[pool])
+                             for pool, cpus in sorted(pools.items())]
+
+    def rebalance(self, usage: Mapping[str, int]) -> list[ContainerUpdate]:
+        """Hand measured CPU usage (container id -> milli-CPU) to the policy; updates for whom it moved."""
+        with self._lock:
+            old = self.policy.group_state()
+            self.policy.rebalance(dict(usage))
+            new = self.policy.group_state()
+            if all(old.get(key) == state for key, state in new.items()):
+                return []
+            self._mutations += 1
+            self.save()
+            return self._number(diff_groups(self.policy, old, reason="pools resized by CPU usage"))
+
     # -- relay entry points besides the hook protocol (see resmgr.relay.hooks) ------------------
     def reconfigure(self, config: dict[str, Any], source: str = FORCE) -> list[ContainerUpdate]:
         """SIGHUP: apply the re-read ``--force-config`` (same rules as set_config, never refused as forced)."""
