@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from resmgr.relay.metrics_http import MetricsServer, parse_networks, tcp_listener, unix_listener
+from resmgr.topology.cpuset import format_cpuset
 
 log = logging.getLogger("resmgr.metrics")
 
@@ -29,6 +30,8 @@ _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
                     0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 Sample = tuple[str, dict[str, str], float]
+# (pool, its CPUs, their memory nodes, its containers' CPU requests in milli-CPU)
+PoolStat = tuple[str, frozenset[int], frozenset[int], int]
 
 
 def format_value(value: float) -> str:
@@ -236,6 +239,16 @@ class RelayMetrics:
         self.pool_containers = CallbackGauge("cri_resmgr_pool_containers",
                                              "Containers per pool (or balloon) of the active policy",
                                              ["policy", "pool"], self.registry)
+        # Pool sizes as upstream's balloons/dynamic-pools metrics report them, one conventional gauge each.
+        self.pool_cpus = CallbackGauge("cri_resmgr_pool_cpus",
+                                       "CPUs each pool (or balloon) of the active policy owns now",
+                                       ["policy", "pool"], self.registry)
+        self.pool_cpuset = CallbackGauge("cri_resmgr_pool_cpuset_info",
+                                         "The CPUs and memory nodes of each pool (or balloon) as cpuset labels; "
+                                         "always 1", ["policy", "pool", "cpus", "mems"], self.registry)
+        self.pool_requested = CallbackGauge("cri_resmgr_pool_requested_cpus",
+                                            "Sum of the CPU requests of the containers in each pool (or balloon), "
+                                            "in CPUs", ["policy", "pool"], self.registry)
         self.config_errors = Counter("cri_resmgr_config_errors",
                                      "Configs refused at startup or on SIGHUP; the relay kept running on the last "
                                      "good config or policy none, by source (force-config, fallback-config)",
@@ -254,11 +267,24 @@ class RelayMetrics:
         children[0].inc()
         children[1].observe(seconds)
 
+    def watch_pools(self, stats: Callable[[], tuple[str, list[PoolStat]]]) -> None:
+        """Feed the pool gauges from ``stats`` (ResourceManager.pool_stats), read at every scrape."""
+        self.pool_cpus.collect = lambda: [((policy, pool), len(cpus)) for policy, (pool, cpus, _, _) in _each(stats)]
+        self.pool_cpuset.collect = lambda: [((policy, pool, format_cpuset(cpus), format_cpuset(mems)), 1)
+                                            for policy, (pool, cpus, mems, _) in _each(stats)]
+        self.pool_requested.collect = lambda: [((policy, pool), milli / 1000)
+                                               for policy, (pool, _, _, milli) in _each(stats)]
+
     def relay_error(self, method: str, kind: str) -> None:
         self.errors.labels(method, kind).inc()
 
     def policy_error(self, method: str, phase: str) -> None:
         self.policy_errors.labels(method, phase).inc()
+
+
+def _each(stats: Callable[[], tuple[str, list[PoolStat]]]) -> Iterator[tuple[str, PoolStat]]:
+    policy, pools = stats()
+    return ((policy, pool) for pool in pools)
 
 
 def parse_address(address: str) -> tuple[str, int]:
