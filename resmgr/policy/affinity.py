@@ -41,7 +41,7 @@ from typing import Any
 from resmgr.config import ConfigError
 from resmgr.config import _load_yaml as load_bounded_yaml  # the bounded strict loader configs use
 from resmgr.manager.expressions import ContainerView, Expression, ExpressionError, container_view, parse_expression
-from resmgr.manager.resources import CONTAINER_NAME_LABEL, RESMGR_KEY_NAMESPACE, ContainerInfo
+from resmgr.manager.resources import RESMGR_KEY_NAMESPACE, ContainerInfo
 
 log = logging.getLogger("resmgr.policy.affinity")
 
@@ -86,7 +86,7 @@ def _parse_simple(data: Any, weight: int, scope: Expression) -> dict[str, list[A
     out: dict[str, list[Affinity]] = {}
     for name, others in symmetric.items():
         values = tuple(sorted(others))
-        match = Expression(CONTAINER_NAME_LABEL, "Equals" if len(values) == 1 else "In", values)
+        match = Expression("name", "Equals" if len(values) == 1 else "In", values)  # upstream: the name label
         out[name] = [Affinity(scope=scope, match=match, weight=weight)]
     return out
 
