@@ -26,7 +26,7 @@ def test_every_selected_node_must_record_the_expected_state_of_this_rollout() ->
     proof = assess(nodes, leases, node_record.UNINSTALLED, "d", Selection())
     assert proof.nodes == 3  # the docker node is never selected
     assert proof.pending == ["n2: record is of another rollout (uninstalled)",
-                             "n3: record is of another rollout (installed)"]
+                             "n3: installed"]
     assert not proof.done
     # Worker pools narrow the selection; nodes that are gone or unselected never block.
     only_a = assess(nodes, leases, node_record.UNINSTALLED, "d", Selection(worker_pools=("a",)))
