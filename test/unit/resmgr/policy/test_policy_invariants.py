@@ -87,6 +87,15 @@ policy:
   ReservedResources:
     cpu: 0
 """),
+    # Memory tiers: PMEM and HBM nodes beside the DRAM ones; memory-type and cold-start annotations.
+    "memtier-2s-pmem-hbm": ("2s-pmem-hbm", """\
+policy:
+  Active: memtier
+  ReservedResources:
+    cpu: 1
+  memtier:
+    ColocatePods: true
+"""),
     "static-tiny": ("tiny-2n-2c-2t", "policy:\n  Active: static\n  ReservedResources:\n    cpu: 1\n"),
     # The seed project's example, with its balloon type also selected by namespace.
     "balloons-seed": ("2s-2n-16c-2t", SEED_BALLOONS.replace(
@@ -163,6 +172,9 @@ ANNOTATIONS = st.sampled_from([
     {"prefer-isolated-cpus.cri-resource-manager.intel.com/pod": "true"},
     {"balloon.balloons.cri-resource-manager.intel.com": "mediumBalloon"},
     {"dynamic-pool.dynamic-pools.cri-resource-manager.intel.com/pod": "app"},
+    {"memory-type.cri-resource-manager.intel.com/pod": "pmem"},
+    {"memory-type.cri-resource-manager.intel.com/pod": "hbm,dram"},
+    {"cold-start.cri-resource-manager.intel.com/pod": "duration: 1h"},
     {"pool.podpools.cri-resource-manager.intel.com": "dualcpu"},
     {"pool.podpools.cri-resource-manager.intel.com/pod": "pp"},
 ])
@@ -252,6 +264,14 @@ def make_machine(topology: Topology, config_text: str,
             assert self.d.rm.policy.export_state() == state
             assert updates == []
 
+        @precondition(lambda self: [c for c in getattr(self.d.rm.policy, "cold_starts", dict)()
+                                    if c in self.d.runtime.cpusets])
+        @rule(data=st.data())
+        def cold_start_done(self, data: st.DataObject) -> None:
+            """The cold start timer fired (memory tiers): the update widens the container's memory."""
+            cold = sorted(c for c in self.d.rm.policy.cold_starts() if c in self.d.runtime.cpusets)
+            self.d.runtime.apply(self.d.rm.finish_cold_start(data.draw(st.sampled_from(cold))))
+
         @rule()
         def reapply_config(self) -> None:
             self.d.runtime.apply(self.d.rm.set_config(validate_config_text(config_text), source="agent"))
@@ -286,8 +306,9 @@ def make_machine(topology: Topology, config_text: str,
                     others = seen - mine
                     if policy.name != "balloons":
                         assert not cset & others, f"{cid} runs on another container's exclusive CPUs"
-                if mems is not None:
-                    assert parse_cpuset(mems) <= set(topology.nodes)
+                if mems is not None:  # memory nodes: those with CPUs and CPU-less PMEM/HBM ones
+                    memory_nodes = set(topology.nodes) | set(topology.memory_types)
+                    assert parse_cpuset(mems) and parse_cpuset(mems) <= memory_nodes
             if not self.d.runtime.cpusets and not policy.containers:
                 assert policy.exclusive_sets() == self.initial or policy.name == "balloons"
                 if policy.name == "balloons":
