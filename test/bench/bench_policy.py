@@ -22,6 +22,7 @@ import gc
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from cri_api.v1 import api_pb2
@@ -67,6 +68,11 @@ policy:
         Namespaces: [fixed]
 """,
 }
+# memtier: the same 256 CPUs with a PMEM node beside each NUMA node; app-a pods ask for PMEM, app-b ones cold-start.
+CONFIGS["memtier"] = "policy:\n  Active: memtier\n  ReservedResources:\n    cpu: 2\n"
+SHAPES = {"memtier": replace(EIGHT_NUMA_256, pmem_node_kb=64 * 1024 * 1024)}
+POD_ANNOTATIONS = {"memtier": {"app-a": {"memory-type.cri-resource-manager.intel.com/pod": "pmem,dram"},
+                               "app-b": {"cold-start.cri-resource-manager.intel.com/pod": "duration: 1h"}}}
 # (namespace, QoS, milli-CPU) of the running mix, repeated to RUNNING containers.
 MIX = [("default", "guaranteed", 1000), ("default", "guaranteed", 2500), ("default", "burstable", 500),
        ("default", "besteffort", 0), ("app-a", "burstable", 750), ("app-b", "guaranteed", 1000),
@@ -82,15 +88,17 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Node:
-    def __init__(self, topology, relay_dir: Path, config_text: str) -> None:
+    def __init__(self, topology, relay_dir: Path, config_text: str,
+                 annotations: dict[str, dict[str, str]] | None = None) -> None:
         self.rm = ResourceManager(topology, relay_dir=relay_dir, fallback_config=validate_config_text(config_text))
         self.pods: dict[str, tuple[str, api_pb2.PodSandboxConfig]] = {}
+        self.annotations = annotations or {}  # namespace -> pod annotations
         self.n = 0
 
     def pod(self, namespace: str, qos: str) -> tuple[str, api_pb2.PodSandboxConfig]:
         key = f"{namespace}-{qos}-{self.n}"
         self.n += 1
-        cfg = pod_config(key, namespace=namespace, qos=qos)
+        cfg = pod_config(key, namespace=namespace, qos=qos, annotations=self.annotations.get(namespace))
         req = api_pb2.RunPodSandboxRequest(config=cfg)
         self.rm.before("RunPodSandbox", req)
         self.rm.after("RunPodSandbox", req, api_pb2.RunPodSandboxResponse(pod_sandbox_id=f"pod-{key}"))
@@ -117,7 +125,9 @@ class Node:
 
 
 def bench_one(name: str, topology, workdir: Path, iterations: int) -> tuple[float, float]:
-    node = Node(topology, workdir / name, CONFIGS[name])
+    if name in SHAPES:
+        topology = discover_topology(build_sysfs(workdir / f"sysfs-{name}", SHAPES[name]))
+    node = Node(topology, workdir / name, CONFIGS[name], POD_ANNOTATIONS.get(name))
     for i in range(RUNNING):
         namespace, qos, milli = MIX[i % len(MIX)]
         node.create(node.pod(namespace, qos), milli)
