@@ -1,0 +1,107 @@
+"""cri-resmgr-webhook behind the real kube-apiserver: pods created through the API get intel.com/resources,
+and cri-resmgr's estimation from that annotation sees memory requests and extended resources."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import sys
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from fixtures.procs import Process, free_port
+from fixtures.waiting import wait_until
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from unit.resmgr.cri_requests import create_request, pod_config
+
+from extension.webhook_certs import ensure_certs
+from resmgr.manager.annotation_budget import RESOURCES_ANNOTATION
+from resmgr.manager.resources import container_from_create_request
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+WEBHOOK_NAME = "cri-resmgr-webhook.test.local"
+
+
+def pod(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "containers": [{"name": "main", "image": "busybox", "resources": {
+            "requests": {"cpu": "250m", "memory": "300Mi", "example.com/fpga": "3"},
+            "limits": {"cpu": "1", "memory": "1Gi", "example.com/fpga": "3"}}}]}}
+
+
+@pytest.fixture
+def webhook(tmp_path):
+    certs, _ = ensure_certs(None, ["localhost"])
+    (tmp_path / "tls.crt").write_bytes(certs.cert)
+    (tmp_path / "tls.key").write_bytes(certs.key)
+    port = free_port()
+    proc = Process("cri-resmgr-webhook", [
+        str(BIN / "cri-resmgr-webhook"), "--address", "127.0.0.1", "--port", str(port),
+        "--cert-file", str(tmp_path / "tls.crt"), "--key-file", str(tmp_path / "tls.key")], tmp_path)
+    ctx = ssl.create_default_context(cadata=certs.ca_bundle.decode())
+    proc.wait_until(lambda: urllib.request.urlopen(f"https://localhost:{port}/healthz", context=ctx,
+                                                   timeout=5).status == 200, "/healthz", 60)
+    try:
+        yield proc, port, certs
+    finally:
+        proc.stop()
+
+
+def test_pod_created_through_the_api_is_annotated_and_estimated_from_it(seed_api, webhook):
+    proc, port, certs = webhook
+    api = seed_api.api_client()
+    core, admission = client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
+    ns = f"webhook-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    # No controller-manager here: the ServiceAccount admission plugin needs the default account to exist.
+    core.create_namespaced_service_account(ns, {"metadata": {"name": "default"}})
+    config_name = f"cri-resmgr-test-{ns}"
+    # Only this test's namespace: the seed API is shared by the whole session. failurePolicy Fail here so a
+    # broken webhook shows as an error instead of an unannotated pod (the extension renders Ignore).
+    admission.create_mutating_webhook_configuration({
+        "metadata": {"name": config_name},
+        "webhooks": [{
+            "name": WEBHOOK_NAME, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Fail", "timeoutSeconds": 5,
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                       "resources": ["pods"]}],
+            "clientConfig": {"url": f"https://localhost:{port}/mutate",
+                             "caBundle": base64.b64encode(certs.ca_bundle).decode()},
+        }]})
+    try:
+        # The API server picks the configuration up asynchronously: dry-run creations until it mutates.
+        def mutated() -> tuple[bool, str]:
+            try:
+                out = core.create_namespaced_pod(ns, pod("probe"), dry_run="All")
+            except ApiException as err:
+                return False, f"dry run failed: {err.status} {err.reason}"
+            return RESOURCES_ANNOTATION in (out.metadata.annotations or {}), "no annotation yet"
+        wait_until("webhook registered", mutated, timeout=60, interval=0.5)
+
+        core.create_namespaced_pod(ns, pod("db"))
+        stored = core.read_namespaced_pod("db", ns)
+        annotations = stored.metadata.annotations
+        value = json.loads(annotations[RESOURCES_ANNOTATION])
+        assert value["containers"]["main"]["requests"] == {"cpu": "250m", "memory": "300Mi", "example.com/fpga": "3"}
+        assert value["initContainers"] == {}
+
+        # What cri-resmgr makes of the CreateContainer kubelet would send for this pod.
+        sandbox = pod_config("db", namespace=ns, qos="burstable", annotations=annotations)
+        info = container_from_create_request(create_request("sandbox-db", sandbox, "main", cpu_milli=250), None)
+        assert (info.request_milli, info.limit_milli) == (250, 1000)
+        assert info.memory_request == 300 << 20 and info.memory_limit == 1 << 30
+        assert info.extended_resources == {"example.com/fpga": 3}
+
+        lines = [json.loads(line) for line in proc.log_path.read_text().splitlines() if line.startswith("{")]
+        assert any(e["msg"] == "annotated pod" and e.get("pod") == "db" and e.get("namespace") == ns
+                   and e.get("operation") == "CREATE" for e in lines), proc.log_tail()
+    finally:
+        admission.delete_mutating_webhook_configuration(config_name)
+        core.delete_namespace(ns)
