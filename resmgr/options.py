@@ -79,6 +79,23 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _duration(text: str) -> float:
+    """Seconds, plain (10, 2.5) or as a Go duration like upstream's flags (10s, 1m30s)."""
+    try:
+        value = float(text)
+    except ValueError:
+        from resmgr.policy.memory_tiers import parse_go_duration  # only for the Go spelling
+
+        try:
+            value = parse_go_duration(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds or a duration like 30s") \
+                from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
 # Caught for shutdown, or cannot be caught at all.
 _RESERVED_SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGSTOP")
 
@@ -166,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
                               "picks splice unless the image socket differs")
     runtime.add_argument("--workers", type=_positive_int, default=32,
                          help="maximum concurrently served calls with --transport grpc (default: 32)")
+    runtime.add_argument("--rebalance-interval", type=_duration, default=10.0, metavar="DURATION",
+                         help="how often the containers' CPU usage is read from their cgroups for a policy that "
+                              "sizes pools by it (dynamic-pools); seconds or a Go duration like 30s "
+                              "(default: 10; 0 turns it off: pools then follow requests only)")
     add_logging_arguments(parser)
     return parser
 
