@@ -21,6 +21,7 @@ from resmgr.configplane.node_resources import NodeResourcesNotice
 from resmgr.configplane.rm_applier import ResourceManagerApplier
 from resmgr.logsetup import parse_debug_modules, set_debug_modules, setup_logging
 from resmgr.manager.cache import CacheError, reset_cache
+from resmgr.manager.cpu_usage import Rebalancer
 from resmgr.manager.resource_manager import ResourceManager
 from resmgr.options import build_parser
 from resmgr.policy.registry import available_policies
@@ -159,6 +160,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     if args.reset_policy or args.reset_config:
         return _reset_state(args)
     rm: ResourceManager | None = None
+    rebalancer: Rebalancer | None = None
     metrics = RelayMetrics()
     try:
         # The files are read once, here, and checked first: a bad file is reported with its path before
@@ -188,6 +190,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     hook: ResourceManagerHook = hook_factory(settings) if hook_factory is not None else AdjustingHook(rm)
     if rm is not None:
         metrics.pool_containers.collect = rm.pool_containers
+        metrics.watch_pools(rm.pool_stats)
     relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket,
                   image_socket=args.image_socket, hook=hook, metrics=metrics,
                   dumper=Dumper(settings.dump, directory=args.relay_dir), pid_file=args.pid_file or None,
@@ -206,6 +209,8 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
                                              runner.config_applied)
             runner.plane = start_config_plane(args, applier, initial_source=rm.config_source)
             hook.plane = runner.plane.plane
+            rebalancer = Rebalancer(rm, lambda updates, why: relay.interceptor.apply_updates(updates, why),
+                                    args.rebalance_interval).start()
             runner.notice = ConfigNotice(runner.plane.agent)
             runner.node_resources.agent = runner.plane.agent
             runner.node_resources.set(rm.policy.node_resources())
@@ -224,6 +229,8 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
         relay.stop(grace=0)
         return 1
     finally:
+        if rebalancer is not None:
+            rebalancer.stop()
         for server in metrics_servers:
             server.shutdown()
         if rm is not None:
