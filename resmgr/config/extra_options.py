@@ -64,7 +64,7 @@ UPSTREAM_FLAGS: tuple[UpstreamFlag, ...] = (
                  why="the prefix under which the host's sysfs is read"),
     UpstreamFlag("metrics-interval", IGNORED, "duration",
                  why="metrics are computed when /metrics is scraped; there is nothing to poll"),
-    UpstreamFlag("rebalance-interval", IGNORED, "duration", why="no policy of this cri-resmgr rebalances"),
+    UpstreamFlag("rebalance-interval", IMPLEMENTED, "duration", ours="--rebalance-interval"),
     UpstreamFlag("allow-untested-runtimes", IGNORED, "bool", why="every CRI runtime is relayed"),
     UpstreamFlag("disable-ui", IGNORED, "bool", why="there is no visualization UI"),
     UpstreamFlag("external-visualizers", IGNORED, why="there is no visualization UI"),
