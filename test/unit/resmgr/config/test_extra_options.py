@@ -56,7 +56,8 @@ def test_extra_options_rejected_with_a_clear_error(text: str, message: str) -> N
 @pytest.mark.parametrize("text,tokens,ignored", [
     # the Go extension's README example
     ('EXTRA_OPTIONS="--metrics-interval=10s"', [], ["-metrics-interval"]),
-    ("-metrics-interval 1m30s -rebalance-interval=0", [], ["-metrics-interval", "-rebalance-interval"]),
+    ("-metrics-interval 1m30s -rebalance-interval=0", ["--rebalance-interval=0"], ["-metrics-interval"]),
+    ("-rebalance-interval 1m30s", ["--rebalance-interval=1m30s"], []),
     ("-force-config-signal SIGUSR1", ["--force-config-signal=SIGUSR1"], []),
     ("--force-config-signal=SIGUSR2", ["--force-config-signal=SIGUSR2"], []),
     ("-host-root=/host", ["--sysfs-root=/host"], []),
