@@ -55,11 +55,12 @@ class Node:
         return self.containerd.crictl(*args, endpoint=None if direct else self.endpoint).stdout.strip()
 
     def run(self, name: str, qos: str, *, namespace: str = "default", direct: bool = False,
-            annotations: dict[str, str] | None = None) -> str:
+            annotations: dict[str, str] | None = None, command: list[str] | None = None) -> str:
         pod = make_pod_config(name, namespace=namespace, qos=qos, annotations=annotations)
         pod_cfg = write_json(self.workdir / f"pod-{name}.json", pod)
         pod_id = self.crictl("runp", pod_cfg, direct=direct)
-        cfg = write_json(self.workdir / f"ctr-{name}.json", make_container_config(name, **SHAPES[qos]))
+        cfg = write_json(self.workdir / f"ctr-{name}.json",
+                         make_container_config(name, command=command, **SHAPES[qos]))
         cid = self.crictl("create", pod_id, cfg, pod_cfg, direct=direct)
         self.crictl("start", cid, direct=direct)
         self.pods[cid] = pod_id
