@@ -73,6 +73,19 @@ CONFIGS["memtier"] = "policy:\n  Active: memtier\n  ReservedResources:\n    cpu:
 SHAPES = {"memtier": replace(EIGHT_NUMA_256, pmem_node_kb=64 * 1024 * 1024)}
 POD_ANNOTATIONS = {"memtier": {"app-a": {"memory-type.cri-resource-manager.intel.com/pod": "pmem,dram"},
                                "app-b": {"cold-start.cri-resource-manager.intel.com/pod": "duration: 1h"}}}
+# podpools: app-* pods in 2-CPU pool instances of 4 pods (half the node), fixed pods in 1-CPU ones of 2.
+CONFIGS["podpools"] = """\
+policy:
+  Active: podpools
+  ReservedResources:
+    cpu: 2
+  podpools:
+    Pools:
+      - {Name: app, CPU: 2, MaxPods: 4, Instances: 50 %}
+      - {Name: fixed, CPU: 1, MaxPods: 2, Instances: 32 CPUs, FillOrder: Packed}
+"""
+POD_ANNOTATIONS["podpools"] = {ns: {"pool.podpools.cri-resource-manager.intel.com": pool}
+                               for ns, pool in (("app-a", "app"), ("app-b", "app"), ("fixed", "fixed"))}
 # (namespace, QoS, milli-CPU) of the running mix, repeated to RUNNING containers.
 MIX = [("default", "guaranteed", 1000), ("default", "guaranteed", 2500), ("default", "burstable", 500),
        ("default", "besteffort", 0), ("app-a", "burstable", 750), ("app-b", "guaranteed", 1000),
