@@ -10,7 +10,7 @@ from extension.errors import ConfigurationError
 
 API_VERSION = "cri-resmgr.extensions.gardener.cloud/v1alpha1"
 KIND = "CriResMgrConfig"
-_KNOWN_KEYS = {"apiVersion", "kind", "configs", "nodeSelector", "workerPools"}
+_KNOWN_KEYS = {"apiVersion", "kind", "configs", "nodeSelector", "workerPools", "webhook"}
 # Label keys/values as Kubernetes accepts them (prefix/name, value <= 63 chars).
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -23,6 +23,23 @@ class ProviderConfig:
     configs: dict[str, str] = field(default_factory=dict)
     node_selector: dict[str, str] = field(default_factory=dict)
     worker_pools: tuple[str, ...] = ()
+    # cri-resmgr-webhook in the shoot (extension/webhook_certs.py, the chart's templates/webhook.yaml).
+    webhook_enabled: bool = False
+
+
+def _parse_webhook(raw: Any, where: str) -> bool:
+    """``webhook: {enabled: true|false}``; absent means disabled."""
+    if raw is None:
+        return False
+    if not isinstance(raw, dict):
+        raise ConfigurationError(where, f"must be a mapping like {{enabled: true}}, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - {"enabled"})
+    if unknown:
+        raise ConfigurationError(f"{where}.{unknown[0]}", "unknown field (known: enabled)")
+    enabled = raw.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigurationError(f"{where}.enabled", f"must be true or false, got {enabled!r}")
+    return enabled
 
 
 def _check_label_key(key: str, where: str) -> None:
@@ -79,7 +96,8 @@ def parse_provider_config(raw: Any, *, where: str = "providerConfig") -> Provide
         _check_label_value(pool, f"{where}.workerPools[{i}]")
     if len(set(pools)) != len(pools):
         raise ConfigurationError(f"{where}.workerPools", "lists a worker pool more than once")
-    return ProviderConfig(configs=dict(configs), node_selector=dict(selector), worker_pools=tuple(pools))
+    return ProviderConfig(configs=dict(configs), node_selector=dict(selector), worker_pools=tuple(pools),
+                          webhook_enabled=_parse_webhook(raw.get("webhook"), f"{where}.webhook"))
 
 
 def check_worker_pools(pools: tuple[str, ...], shoot_pools: list[str], *,

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from extension.configs import validate_and_split
+from extension.errors import ConfigurationError
 from extension.provider_config import check_worker_pools, parse_provider_config
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -41,3 +42,15 @@ def test_a_worker_pool_the_shoot_lacks_is_a_warning_not_an_error():
     [warning] = check_worker_pools(("a", "c"), ["a", "b"])
     assert warning.startswith("providerConfig.workerPools[1]: worker pool 'c' does not exist in the shoot")
     assert len(check_worker_pools(("x", "y"), [])) == 2
+
+
+def test_webhook_option():
+    assert parse_provider_config(None).webhook_enabled is False
+    assert parse_provider_config({"webhook": {"enabled": True}}).webhook_enabled is True
+    assert parse_provider_config({"webhook": {}}).webhook_enabled is False
+    for bad, where in (({"webhook": True}, "providerConfig.webhook"),
+                       ({"webhook": {"enabled": "yes"}}, "providerConfig.webhook.enabled"),
+                       ({"webhook": {"enable": True}}, "providerConfig.webhook.enable")):
+        with pytest.raises(ConfigurationError) as err:
+            parse_provider_config(bad)
+        assert err.value.field == where, err.value
