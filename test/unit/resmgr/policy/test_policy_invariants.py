@@ -14,6 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -158,7 +159,40 @@ policy:
     # no CPU left over: the default pool runs on the reserved CPU
     "podpools-2cpu": ("this-machine", "policy:\n  Active: podpools\n  ReservedResources:\n    cpu: 1\n"
                                       "  podpools:\n    Pools:\n      - {Name: pp, CPU: 1, MaxPods: 1}\n"),
+    # static-plus: isolated CPUs, whole-CPU requests of any QoS exclusive, overflow onto the reserved CPUs
+    "static-plus-2s": ("2s-2n-16c-2t", "policy:\n  Active: static-plus\n  ReservedResources:\n    cpu: 2\n"),
+    "static-plus-tiny": ("tiny-2n-2c-2t", "policy:\n  Active: static-plus\n  ReservedResources:\n    cpu: 1\n"),
+    "static-plus-2cpu": ("this-machine", "policy:\n  Active: static-plus\n  ReservedResources:\n    cpu: 1\n"),
+    # static-pools: the default pool shared over two lists; exclusive cores come from the webhook annotation
+    "static-pools-2s": ("2s-2n-16c-2t", """\
+policy:
+  Active: static-pools
+  static-pools:
+    pools:
+      exclusive:
+        exclusive: true
+        cpuLists: [{Cpuset: "8,72", Socket: 0}, {Cpuset: "9,73", Socket: 0}, {Cpuset: "40,104", Socket: 1}]
+      shared:
+        cpuLists: [{Cpuset: "10-15", Socket: 0}, {Cpuset: "41-47", Socket: 1}]
+      infra:
+        cpuLists: [{Cpuset: "0-7", Socket: 0}]
+"""),
+    # ... and a default pool that is exclusive: it runs full, and containers without exclusive cores are left alone
+    "static-pools-tiny-exclusive": ("tiny-2n-2c-2t", """\
+policy:
+  Active: static-pools
+  static-pools:
+    pools:
+      shared:
+        exclusive: true
+        cpuLists: [{Cpuset: "1,5", Socket: 0}, {Cpuset: "2,6", Socket: 1}, {Cpuset: "3,7", Socket: 1}]
+      infra:
+        cpuLists: [{Cpuset: "0,4", Socket: 0}]
+"""),
 }
+# static-pools reads cmk.intel.com/exclusive-cores from the webhook's annotation, by container name (c<n>).
+CMK_CORES = {"intel.com/resources": json.dumps({"containers": {
+    f"c{i}": {"requests": {"cmk.intel.com/exclusive-cores": str(1 + i % 2)}} for i in range(1, 80)}})}
 
 QOS = st.sampled_from(["guaranteed", "burstable", "besteffort"])
 MILLI = st.sampled_from([0, 100, 500, 1000, 1500, 2000, 3000, 4000, 8000, 20000])
@@ -177,6 +211,7 @@ ANNOTATIONS = st.sampled_from([
     {"cold-start.cri-resource-manager.intel.com/pod": "duration: 1h"},
     {"pool.podpools.cri-resource-manager.intel.com": "dualcpu"},
     {"pool.podpools.cri-resource-manager.intel.com/pod": "pp"},
+    CMK_CORES,
 ])
 
 
