@@ -67,7 +67,8 @@ class StaticPlusPolicy(StaticPolicy):
         if reserved & self.isolated_cpus:
             raise ConfigError("policy.ReservedResources.cpu",
                               f"reserved CPUs {format_cpuset(reserved & self.isolated_cpus)} are isolated")
-        self.available = plain
+        self.available = res.available  # the bounding set, isolated CPUs included
+        self._plain = plain
         self.reserved = reserved
         self._reserved_placement: Placement = (self.reserved, None)
         self._exclusive: set[int] = set()
@@ -77,7 +78,7 @@ class StaticPlusPolicy(StaticPolicy):
 
     # -- pools -------------------------------------------------------------------------------------
     def _update_shared(self) -> None:
-        self._shared = self.available - self.reserved - self._exclusive
+        self._shared = self._plain - self.reserved - self._exclusive
         self._overflow = not self._shared or self._demand > 1000 * len(self._shared)
         cpus = self._shared | self.reserved if self._overflow else self._shared
         self._shared_placement = (frozenset(cpus), None)
@@ -163,7 +164,7 @@ class StaticPlusPolicy(StaticPolicy):
                                        f"isolated and available ({format_cpuset(self.isolated_cpus)})")
                 self._isolated_taken |= g.exclusive
             elif g.exclusive:
-                if g.exclusive - (self.available - self.reserved):
+                if g.exclusive - (self._plain - self.reserved):
                     raise RestoreError(f"cached exclusive CPUs {format_cpuset(g.exclusive)} of {cid} are "
                                        f"reserved, isolated or not available")
                 self._exclusive |= g.exclusive
