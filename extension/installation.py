@@ -35,6 +35,8 @@ class InstallationValues:
     # Networks besides the node itself that may read cri-resmgr's /metrics (its --metrics-allow).
     metrics_allow: tuple[str, ...] = ()
     kubernetes_version: str | None = None
+    # The chart's webhook section (extension.webhook.chart_values); empty: disabled.
+    webhook: dict[str, Any] = field(default_factory=dict)
     # Identifies the rollout in each node's record (extension/node_proof.py); empty: no proof expected.
     digest: str = ""
 
@@ -46,6 +48,7 @@ class InstallationValues:
             "nodeSelector": self.node_selector,
             "workerPools": list(self.worker_pools),
             "metrics": {"port": self.metrics_port, "allow": list(self.metrics_allow)},
+            "webhook": self.webhook or {"enabled": False},
         }
 
 
