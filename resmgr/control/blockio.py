@@ -131,7 +131,9 @@ def parse_blockio_classes(section: Mapping[str, Any], dev_root: Path = Path("/")
 # -- writing a class into a cgroup ----------------------------------------------------------------
 def _write(path: Path, text: str) -> None:
     try:
-        with open(path, "w") as f:  # one write per line: the kernel parses each write separately
+        # One write per entry: the kernel parses one per write. Appending (which cgroup files ignore)
+        # keeps every entry in a plain file, so a fake tree records what a kernel would have been told.
+        with open(path, "a") as f:
             f.write(text)
     except OSError as exc:
         raise BlockIOError(f"cannot write {text.strip()!r} to {path}: {exc.strerror or exc}") from None
@@ -150,7 +152,7 @@ def _device_lines(path: Path) -> dict[Device, int]:
             major, minor = parts[0].split(":", 1)
             if major.isdigit() and minor.isdigit():
                 out[(int(major), int(minor))] = int(parts[1])
-    return out
+    return {dev: value for dev, value in out.items() if value}  # 0: no entry (the kernel drops it)
 
 
 def _apply_v1(cgroup_dir: Path, cls: BlockIOClass) -> None:
@@ -183,10 +185,13 @@ def _apply_v2(cgroup_dir: Path, cls: BlockIOClass) -> None:
     io_max = cgroup_dir / "io.max"
     if not io_max.exists():
         raise BlockIOError(f"{io_max} does not exist: is the io controller enabled for this cgroup?")
-    current = {tuple(int(x) for x in line.split()[0].split(":")) for line in io_max.read_text().splitlines()
-               if line.strip()}
+    current = {}
+    for line in io_max.read_text().splitlines():  # "MAJ:MIN rbps=... wbps=max ..."; all max: no entry
+        if line.strip():
+            major, minor = line.split()[0].split(":")
+            current[(int(major), int(minor))] = all(v.endswith("=max") for v in line.split()[1:])
     devices = {d for limits in cls.throttles.values() for d in limits}
-    for dev in sorted(current - devices):
+    for dev in sorted(d for d, unlimited in current.items() if not unlimited and d not in devices):
         _write(io_max, f"{dev[0]}:{dev[1]} rbps=max wbps=max riops=max wiops=max\n")
     for dev in sorted(devices):
         limits = " ".join(f"{V2_MAX_KEYS[t]}={cls.throttles[t].get(dev, 'max')}" for t in THROTTLES)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from resmgr.config import ConfigError
-from resmgr.control import blockio, cpu_classes, rdt
+from resmgr.control import blockio, cpu_classes, rdt, toptier
 from resmgr.control.cgroups import CGROUP_ROOT, CgroupError, container_pids, controller_root, find_container_dir
 from resmgr.manager.resources import ContainerInfo, PodInfo, preference_annotation
 from resmgr.topology.model import Topology
@@ -79,6 +79,7 @@ class Controllers:
         self.modes = dict.fromkeys(CONTROLLER_NAMES, "Disabled")
         self.running = dict.fromkeys(CONTROLLER_NAMES, False)
         self.errors: Counter[tuple[str, str]] = Counter()  # (controller, stage) -> failures
+        self.toptier = toptier.supported(self.cgroup_root)  # memory tiers' top tier limits (patched kernels only)
 
     # -- configuration ----------------------------------------------------------------------
     def configure(self, config: Mapping[str, Any], *, strict: bool = True) -> None:
@@ -152,7 +153,29 @@ class Controllers:
             applied_io = self._apply_blockio(container, parent, classes["blockio"])
             if applied_io:
                 applied["blockio"] = applied_io
+        limit = self._apply_toptier(container, parent, overrides)
+        if limit is not None:
+            applied[toptier.OVERRIDE_KEY] = str(limit)
         return applied
+
+    def _apply_toptier(self, container: ContainerInfo, parent: str, overrides: Mapping[str, str] | None
+                       ) -> int | None:
+        try:
+            limit = toptier.toptier_limit(container, overrides)
+            if not self.toptier:
+                if limit != toptier.UNLIMITED:
+                    log.warning("container %s/%s: top tier memory limit %d not applied: this kernel has no %s",
+                                container.pod_name, container.name, limit, toptier.TOPTIER_FILE)
+                return None
+            toptier.write_limit(find_container_dir(controller_root(self.cgroup_root, "memory"), parent,
+                                                   container.id), limit)
+        except (toptier.ToptierError, CgroupError) as exc:
+            self.errors[("memory", "container")] += 1
+            log.error("top tier memory limit failed for container %s/%s (%s): %s", container.pod_name,
+                      container.name, container.id, exc)
+            return None
+        log.info("container %s/%s: top tier memory limit %d", container.pod_name, container.name, limit)
+        return limit
 
     def _apply_blockio(self, container: ContainerInfo, parent: str, wanted: str) -> str | None:
         cls = self.blockio_classes.get(wanted)

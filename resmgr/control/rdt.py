@@ -319,9 +319,9 @@ def resolve_schemata(section: Mapping[str, Any], info: ResctrlInfo) -> dict[str,
 
 
 # -- the controller -----------------------------------------------------------------------------
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, text: str, mode: str = "w") -> None:
     try:
-        with open(path, "w") as f:
+        with open(path, mode) as f:
             f.write(text)
     except OSError as exc:
         raise RdtError(f"cannot write {text.strip()!r} to {path}: {exc.strerror or exc}") from None
@@ -407,7 +407,7 @@ class RdtController:
         tasks = self.group_dir(cls) / "tasks"
         for pid in pids:
             try:
-                _write(tasks, f"{pid}\n")
+                _write(tasks, f"{pid}\n", "a")  # one pid per write; a plain file (fake tree) keeps them all
             except RdtError:
                 if Path(f"/proc/{pid}").exists():
                     raise  # a process that exited meanwhile is no error
