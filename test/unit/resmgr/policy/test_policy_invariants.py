@@ -194,6 +194,14 @@ policy:
 CMK_CORES = {"intel.com/resources": json.dumps({"containers": {
     f"c{i}": {"requests": {"cmk.intel.com/exclusive-cores": str(1 + i % 2)}} for i in range(1, 80)}})}
 
+# Container affinities (topology-aware) are keyed by container name (c<n>): pull towards app-a containers,
+# push away from app-b ones and kube-system's (the root pool), and the symmetric shorthand.
+_PULL = "- scope: {operator: AlwaysTrue}\n  match: {key: namespace, operator: Equals, values: [app-a]}\n  weight: 20\n"
+_PUSH = "- scope: {operator: AlwaysTrue}\n  match: {key: pod/namespace, operator: In, values: [app-b, kube-system]}\n"
+AFFINITIES = {"cri-resource-manager.intel.com/affinity": "".join(f"c{i}:\n{_PULL}" for i in range(1, 80)),
+              "cri-resource-manager.intel.com/anti-affinity": "".join(f"c{i}:\n{_PUSH}" for i in range(1, 80))}
+SHORTHAND = {"cri-resource-manager.intel.com/affinity": "".join(f"c{i}: [c{i + 1}, c{i + 2}]\n" for i in range(1, 80))}
+
 QOS = st.sampled_from(["guaranteed", "burstable", "besteffort"])
 MILLI = st.sampled_from([0, 100, 500, 1000, 1500, 2000, 3000, 4000, 8000, 20000])
 # On the tiny topologies requests are drawn at their scale, so the pools fill up within a sequence.
@@ -211,6 +219,8 @@ ANNOTATIONS = st.sampled_from([
     {"cold-start.cri-resource-manager.intel.com/pod": "duration: 1h"},
     {"pool.podpools.cri-resource-manager.intel.com": "dualcpu"},
     {"pool.podpools.cri-resource-manager.intel.com/pod": "pp"},
+    AFFINITIES, SHORTHAND, {"prefer-reserved-cpus.cri-resource-manager.intel.com/pod": "true"},
+    {"prefer-reserved-cpus.cri-resource-manager.intel.com/pod": "false"},
     CMK_CORES,
 ])
 
