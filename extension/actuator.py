@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from extension import constants as c
-from extension import node_proof
+from extension import node_proof, webhook
 from extension.component import ManagedResourceComponent
 from extension.configs import SplitConfigs, merge_configs, validate_and_split
 from extension.errors import ConfigurationError, RetryLater
@@ -94,7 +94,8 @@ class Actuator:
     # -- components --------------------------------------------------------------------------------
 
     def installation(self, namespace: str, cluster: ClusterInfo, pc: ProviderConfig, split: SplitConfigs,
-                     mode: str, rollout: tuple[str, ...] = ()) -> Installation:
+                     mode: str, rollout: tuple[str, ...] = (), webhook_values: dict[str, Any] | None = None,
+                     ) -> Installation:
         """The installation with these values; ``rollout`` tells apart rollouts of equal values (a new deletion)."""
         values = InstallationValues(
             images=self.images(cluster), mode=mode, static_configs=split.static, dynamic_configs=split.dynamic,
@@ -102,6 +103,8 @@ class Actuator:
             metrics_allow=(cluster.pods_cidr,) if self.settings.metrics_allow_pod_network and cluster.pods_cidr else (),
             kubernetes_version=cluster.kubernetes_version or None)
         values = dataclasses.replace(values, digest=node_proof.rollout_digest(values.chart_values(), *rollout))
+        # After the digest: the webhook (and its certificate renewals) is no rollout of the nodes.
+        values = dataclasses.replace(values, webhook=webhook_values or {})
         return Installation(self.apis, namespace, values, helm=self.settings.helm, chart_dir=self.settings.chart_dir,
                             poll_interval=self.settings.poll_interval)
 
@@ -136,6 +139,7 @@ class Actuator:
         for component in self.components(namespace):
             component.destroy()
         node_proof.delete_shoot_access(self.apis, namespace)
+        webhook.chart_values(self.apis, namespace, enabled=False)  # its certificates go too
 
     # -- operations --------------------------------------------------------------------------------
 
@@ -148,7 +152,8 @@ class Actuator:
         if cluster.hibernated:
             log.info("shoot is hibernated, nothing deployed", extra={"namespace": ns})
             return "Shoot is hibernated; nothing deployed"
-        installation = self.installation(ns, cluster, pc, split, INSTALL)
+        installation = self.installation(ns, cluster, pc, split, INSTALL,
+                                         webhook_values=webhook.chart_values(self.apis, ns, pc.webhook_enabled))
         node_proof.ensure_shoot_access(self.apis, ns)  # the health check reads the nodes' records with it
         secret = installation.deploy()
         self.monitoring(ns).deploy()
