@@ -19,6 +19,7 @@ from typing import Any
 
 from resmgr.config import ConfigError
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView, container_view
+from resmgr.control.toptier import OVERRIDE_KEY as TOPTIER_OVERRIDE
 from resmgr.manager.resource_manager import Resize, ResourceManager
 from resmgr.manager.resources import ContainerInfo, qos_from_resources
 from resmgr.relay.hooks import ContainerUpdate
@@ -73,10 +74,17 @@ class ResourceManagerApplier:
             else:
                 self._active[cid] = override
         self.send_updates(result.updates, "SetAdjustment")
-        # classes.rdt / classes.blockio: the controllers move the containers (resmgr.control)
-        self.rm.set_class_overrides({cid: o.classes for cid, o in overrides.items()
-                                     if o.classes and cid not in result.missing})
+        # classes.rdt / classes.blockio / toptierLimit: the controllers move the containers (resmgr.control)
+        self.rm.set_class_overrides({cid: class_overrides(o) for cid, o in overrides.items()
+                                     if class_overrides(o) and cid not in result.missing})
         return errors
+
+
+def class_overrides(override: ContainerOverride) -> dict[str, str]:
+    """What an Adjustment sets beside resources: its classes, and its toptierLimit in bytes."""
+    if override.toptier_limit is None:
+        return dict(override.classes)
+    return {**override.classes, TOPTIER_OVERRIDE: str(override.toptier_limit)}
 
 
 def adjusted(container: ContainerInfo, override: ContainerOverride) -> ContainerInfo:
