@@ -37,7 +37,7 @@ def test_configmap_examples_are_accepted(path: Path) -> None:
     for cm in maps:
         config, ignored = check_config_sections(cm["data"], source=cm["metadata"]["name"])
         assert config["policy"]["Active"] == "topology-aware"
-        assert "rdt.options.monitoringDisabled" in ignored and "policy.static-pools" in ignored and "policy.static.RelaxedIsolation" in ignored
+        assert "rdt.options.monitoringDisabled" in ignored and "policy.static.RelaxedIsolation" in ignored
 
 
 @pytest.mark.parametrize(("name", "active", "ignored"), [
@@ -50,7 +50,7 @@ def test_configmap_examples_are_accepted(path: Path) -> None:
     ("topology-aware-md-6.cfg", "topology-aware", ["policy.topology-aware.DirtyBitScanPeriod",
                                                    "policy.topology-aware.PageMovePeriod",
                                                    "policy.topology-aware.PageMoveCount"]),
-    ("static-pools-md-3.cfg", None, ["policy.static-pools"]),
+    ("static-pools-md-3.cfg", None, []),
     ("rdt-md-0.cfg", None, ["rdt.options.monitoringDisabled"]),
     ("blockio.cfg", "none", []),
     ("topology-aware-policy.cfg", "topology-aware", []),
