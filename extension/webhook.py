@@ -23,7 +23,13 @@ def chart_values(apis: Apis, namespace: str, enabled: bool) -> dict[str, Any]:
     if not enabled:
         webhook_certs.delete_secret(apis, namespace)
         return dict(DISABLED)
-    names = webhook_certs.service_dns_names(SERVICE_NAME, c.SHOOT_SYSTEM_NAMESPACE)
-    certs = webhook_certs.reconcile_secret(apis, namespace, names)
+    return values_from_certs(webhook_certs.reconcile_secret(apis, namespace, service_dns_names()))
+
+
+def service_dns_names() -> list[str]:
+    return webhook_certs.service_dns_names(SERVICE_NAME, c.SHOOT_SYSTEM_NAMESPACE)
+
+
+def values_from_certs(certs: webhook_certs.WebhookCerts) -> dict[str, Any]:
     return {"enabled": True, "tlsCert": certs.cert.decode(), "tlsKey": certs.key.decode(),
             "caBundle": certs.ca_bundle.decode()}
