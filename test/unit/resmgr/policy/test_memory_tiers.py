@@ -224,3 +224,24 @@ def test_cold_start_resumes_after_a_restart(tmp_path: Path, topologies: dict[str
     d.restart()
     assert d.rm.policy.cold_starts() == {} and len(parse_cpuset(d.rm.placements()[cid][1])) == 2
     d.rm.close()
+
+
+UPSTREAM = Path(__file__).resolve().parents[4] / "test" / "data" / "upstream"
+
+
+@pytest.mark.parametrize("alias", ["topology-aware", "memtier"])
+@pytest.mark.parametrize("name", sorted(p.name for p in UPSTREAM.glob("topology-aware*.cfg")))
+def test_upstream_samples_apply_with_memory_tiers(name: str, alias: str, topologies: dict[str, Topology]) -> None:
+    """Upstream's topology-aware samples, also as memtier (its section renamed), on the PMEM+HBM topology."""
+    text = (UPSTREAM / name).read_text()
+    if alias == "memtier":
+        text = text.replace("Active: topology-aware", "Active: memtier").replace("  topology-aware:", "  memtier:")
+    p = policy_from_yaml(text, topologies["2s-pmem-hbm"])
+    p.allocate("plain", burstable("plain", 500))
+    p.allocate("pm", guaranteed("pm", 2000, annotations={f"{MT}/pod": "pmem"}))
+    plain, pm = p.placement("plain")[1], p.placement("pm")[1]
+    if p.opts["PinMemory"]:
+        assert plain and plain <= set(range(8)) and plain & {4, 5, 6, 7}  # DRAM + PMEM by default
+        assert pm and pm <= {4, 5, 6, 7}
+    else:
+        assert plain is None and pm is None
