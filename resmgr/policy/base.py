@@ -147,6 +147,25 @@ class ContainerEdits:
             config.command.extend(self.command)
 
 
+@dataclass
+class PlacementMemo:
+    """One placement tuple per cpuset, shared by every container placed there (diffs compare by identity)."""
+
+    topology: Topology
+    pin_cpu: bool = True
+    pin_memory: bool = True
+    _memo: dict[frozenset[int], Placement] = field(default_factory=dict)
+
+    def __call__(self, cpus: frozenset[int]) -> Placement:
+        placement = self._memo.get(cpus)
+        if placement is None:
+            if len(self._memo) > 4096:
+                self._memo.clear()
+            placement = self._memo[cpus] = (cpus if self.pin_cpu else None,
+                                            self.topology.nodes_of(cpus) if self.pin_memory else None)
+        return placement
+
+
 class PolicyHooks(Protocol):
     """What a policy implements; ``Policy`` keeps containers and grants and calls these (one contract each)."""
 
