@@ -23,6 +23,7 @@ from resmgr.manager.resources import ContainerInfo, preference_annotation
 from resmgr.policy.base import (
     Grant,
     Placement,
+    PlacementMemo,
     Policy,
     RestoreError,
     is_reserved_namespace,
@@ -103,7 +104,7 @@ class BalloonsPolicy(Policy):
         if DEFAULT not in self.types:
             self.types[DEFAULT] = BalloonType(name=DEFAULT, min_balloons=1, max_balloons=1)
         self.balloons: dict[str, Balloon] = {}
-        self._placement_memo: dict[frozenset[int], Placement] = {}
+        self._placement_memo = PlacementMemo(self.topology, self.pin_cpu, self.pin_memory)
         self._free = set(self.available - self.reserved)
         self._create_min_balloons()
 
@@ -247,14 +248,7 @@ class BalloonsPolicy(Policy):
     def group_placement(self, key: str) -> Placement:
         balloon = self.balloons.get(key)
         cpus = balloon.cpus if balloon is not None and balloon.cpus else self.reserved
-        # Memoised per cpuset: every container of a balloon shares one placement tuple.
-        placement = self._placement_memo.get(cpus)
-        if placement is None:
-            if len(self._placement_memo) > 4096:
-                self._placement_memo.clear()
-            placement = self._placement_memo[cpus] = (
-                cpus if self.pin_cpu else None, self.topology.nodes_of(cpus) if self.pin_memory else None)
-        return placement
+        return self._placement_memo(cpus)  # one placement tuple per cpuset: cheap diffs
 
     def group_of(self, cid: str) -> str | None:
         grant = self.grants.get(cid)
