@@ -26,6 +26,7 @@ from resmgr.manager.resources import ContainerInfo, preference_annotation
 from resmgr.policy.base import (
     Grant,
     Placement,
+    PlacementMemo,
     Policy,
     RestoreError,
     is_reserved_namespace,
@@ -136,7 +137,7 @@ class DynamicPoolsPolicy(Policy):
             self.types[name] = PoolType(name, list(t.get("Namespaces", [])), t.get("AllocatorPriority", 3))
         self.pools = {name: DynamicPool(name) for name in self.types if name != RESERVED}
         self.usage: dict[str, int] = {}  # container id -> measured milli-CPU
-        self._placement_memo: dict[frozenset[int], Placement] = {}
+        self._placement_memo = PlacementMemo(self.topology, self.pin_cpu, self.pin_memory)
         self._resize_all()
 
     # -- sizing ------------------------------------------------------------------------------------
@@ -221,13 +222,7 @@ class DynamicPoolsPolicy(Policy):
     def group_placement(self, key: str) -> Placement:
         pool = self.pools.get(key)
         cpus = pool.cpus if pool is not None and pool.cpus else self.reserved
-        placement = self._placement_memo.get(cpus)  # one tuple per cpuset keeps diffs cheap
-        if placement is None:
-            if len(self._placement_memo) > 4096:
-                self._placement_memo.clear()
-            placement = self._placement_memo[cpus] = (
-                cpus if self.pin_cpu else None, self.topology.nodes_of(cpus) if self.pin_memory else None)
-        return placement
+        return self._placement_memo(cpus)  # one placement tuple per cpuset: cheap diffs
 
     def group_of(self, cid: str) -> str | None:
         grant = self.grants.get(cid)
