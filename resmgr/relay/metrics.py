@@ -253,6 +253,11 @@ class RelayMetrics:
                                      "Configs refused at startup or on SIGHUP; the relay kept running on the last "
                                      "good config or policy none, by source (force-config, fallback-config)",
                                      ["source"], self.registry)
+        self.controller_failures = CallbackGauge(
+            "cri_resmgr_controller_failures",
+            "Controller failures since cri-resmgr started, by controller (cpu, rdt, blockio) and stage "
+            "(configure: a config it could not apply, container: a class not applied to a container, "
+            "assign: CPU class limits not written); the CRI calls went on", ["controller", "stage"], self.registry)
         # Label lookups cost more than the observation itself; cache the children.
         self._children: dict[tuple[str, str], tuple[_CounterChild, _HistogramChild]] = {}
         self._lock = threading.Lock()
