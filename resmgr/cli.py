@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     hook: ResourceManagerHook = hook_factory(settings) if hook_factory is not None else AdjustingHook(rm)
     if rm is not None:
         metrics.pool_containers.collect = rm.pool_containers
+        metrics.controller_failures.collect = rm.controllers.failure_counts
         metrics.watch_pools(rm.pool_stats)
     relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket,
                   image_socket=args.image_socket, hook=hook, metrics=metrics,
