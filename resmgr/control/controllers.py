@@ -198,6 +198,10 @@ class Controllers:
         log.error("controller %s (%s) failed for container %s/%s (%s): %s", name, self.modes[name],
                   container.pod_name, container.name, container.id, exc)
 
+    def failure_counts(self) -> list[tuple[tuple[str, str], float]]:
+        """((controller, stage), failures so far) for the metrics."""
+        return [(key, float(n)) for key, n in sorted(self.errors.items())]
+
     def sync_cpu_classes(self, wanted: Mapping[str, frozenset[int]]) -> None:
         """The policy's CPU class assignment (class -> CPUs) after a decision."""
         if not self.running["cpu"]:

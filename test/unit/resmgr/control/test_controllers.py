@@ -23,6 +23,7 @@ from unit.resmgr.rm_driver import Driver
 from resmgr.config import ConfigError, validate_config_text
 from resmgr.control.controllers import container_classes, controller_modes
 from resmgr.manager.resources import ContainerInfo
+from resmgr.relay.metrics import RelayMetrics
 from resmgr.topology import discover_topology
 
 BALLOONS_WITH_CLASSES = """
@@ -135,6 +136,10 @@ def test_failures_never_fail_calls_and_required_refuses_configs(roots, tmp_path:
     pod = d.run_pod("x", annotations={"blockioclass.cri-resource-manager.intel.com/pod": "nosuch"})
     d.start(pod, "c", [1])  # an unknown class: logged and counted, the call goes on
     assert d.rm.controllers.errors[("blockio", "container")] == 1
+    metrics = RelayMetrics()  # what /metrics shows of it
+    metrics.controller_failures.collect = d.rm.controllers.failure_counts
+    assert metrics.registry.get_sample_value("cri_resmgr_controller_failures",
+                                             {"controller": "blockio", "stage": "container"}) == 1
     required = CLASSES + "resource-manager:\n  control:\n    Controllers: {rdt: Required}\n"
     with pytest.raises(ConfigError, match="rdt controller is Required"):
         d.rm.set_config(validate_config_text(required))
