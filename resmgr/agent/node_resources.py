@@ -140,7 +140,8 @@ def publish_node_resources(core: client.CoreV1Api, node_name: str, wanted: NodeR
             body: dict[str, Any] = {"capacity": status}
             if gone:  # removed resources leave allocatable too (kubelet copies only what capacity has)
                 body["allocatable"] = {name: None for name in gone}
-            core.patch_node_status(node_name, {"status": body}, _content_type=MERGE_PATCH)
+            # The metadata patch below must carry the resourceVersion this one produced.
+            node = core.patch_node_status(node_name, {"status": body}, _content_type=MERGE_PATCH)
         try:
             core.patch_node(node_name, plan_metadata_patch(node, wanted), _content_type=MERGE_PATCH)
         except ApiException as exc:

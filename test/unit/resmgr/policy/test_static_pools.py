@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from unit.resmgr.policy_helpers import ctr, policy_from_yaml
 
 from resmgr.config import ConfigError
@@ -181,3 +182,49 @@ def test_restore(topo: Topology) -> None:
     with pytest.raises(RestoreError):
         policy_from_yaml(POOLS.format(label="false"), topo).restore_state({"grants": state["grants"]},
                                                                           dict(p.containers))
+
+
+UPSTREAM = Path(__file__).resolve().parents[4] / "test" / "data" / "upstream"
+SAMPLE_POOLS = UPSTREAM / "static-pools-policy.conf.example"
+
+
+def upstream_examples(tmp_path: Path) -> dict[str, str]:
+    """Every upstream static-pools example as a config that activates it; where it points at a pools file or a
+    CMK directory, those are upstream's sample pools file and a CMK tree in ``tmp_path``."""
+    tree = write_cmk_tree(tmp_path / "cmk")
+    examples = {}
+    for path in sorted(UPSTREAM.glob("static-pools-md-*.cfg")):
+        text = path.read_text().replace('"/path/to/conf.yaml"', str(SAMPLE_POOLS)).replace('"/etc/cmk"', str(tree))
+        if "Active:" not in text:
+            text = text.replace("policy:\n", "policy:\n  Active: static-pools\n", 1) if "policy:" in text else \
+                text + "policy:\n  Active: static-pools\n"
+        if "ConfFilePath" not in text and "ConfFileDir" not in text and "    pools:" not in text:
+            text = text.replace("  static-pools:\n", f"  static-pools:\n    ConfDirPath: {tree}\n") \
+                if "  static-pools:\n" in text else text + f"  static-pools:\n    ConfDirPath: {tree}\n"
+        examples[path.name] = text
+    maps = [doc for doc in yaml.safe_load_all((UPSTREAM / "cri-resmgr-configmap.configmaps.yaml").read_text()) if doc]
+    for cm in maps:
+        section = yaml.safe_load(cm["data"]["policy"])
+        if "static-pools" in section:
+            section["Active"] = "static-pools"
+            examples[cm["metadata"]["name"]] = yaml.safe_dump({"policy": section})
+    return examples
+
+
+def test_upstream_examples_apply(topo: Topology, tmp_path: Path) -> None:
+    examples = upstream_examples(tmp_path)
+    assert len(examples) >= 6
+    for name, text in examples.items():
+        p = policy_from_yaml(text, topo)
+        assert p.pools, name
+        for i, pool in enumerate(sorted(p.pools)):
+            c = stp(f"c{i}", env={"STP_POOL": pool}, cores=1)
+            p.allocate(c.id, c)
+            if p.pools[pool].lists:
+                assert p.placement(c.id)[0] <= p.pools[pool].cpus, name
+        restored = policy_from_yaml(text, topo)
+        restored.restore_state(p.export_state(), dict(p.containers))
+        assert restored.placements() == p.placements(), name
+    sample = policy_from_yaml(f"policy:\n  Active: static-pools\n  static-pools:\n    ConfFilePath: {SAMPLE_POOLS}\n",
+                              topo)
+    assert sample.node_resources()["capacity"] == {"cmk.intel.com/exclusive-cores": "6"}
