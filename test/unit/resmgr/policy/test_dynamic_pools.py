@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fixtures.sysfs_builder import Shape, build_sysfs
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
 
 from resmgr.config import ConfigError
 from resmgr.policy.base import RestoreError
 from resmgr.policy.dynamic_pools import DYNAMIC_POOL_KEY, pool_sizes
-from resmgr.topology import Topology, parse_cpuset
+from resmgr.topology import Topology, discover_topology, parse_cpuset
 
 UPSTREAM = Path(__file__).resolve().parents[4] / "test" / "data" / "upstream"
 CONFIG = """\
@@ -162,3 +163,70 @@ def test_upstream_sample_applies(topo: Topology) -> None:
     assert yaml.safe_load(text)["policy"]["dynamic-pools"]["PinMemory"] is True
     assert p.placement("x")[1] == topo.nodes_of(p.placement("x")[0])
     assert p.placement("x")[0] <= parse_cpuset("1-127")
+
+
+# Upstream's e2e topology n4c16: 2 packages x 2 NUMA nodes x 2 cores x 2 threads.
+N4C16 = Shape(packages=2, nodes_per_package=2, cores_per_node=2, threads_per_core=2)
+E2E = sorted(UPSTREAM.glob("dynamic-pools-e2e-*.cfg"))
+
+
+@pytest.fixture(scope="module")
+def n4c16(tmp_path_factory: pytest.TempPathFactory) -> Topology:
+    return discover_topology(build_sysfs(tmp_path_factory.mktemp("n4c16"), N4C16))
+
+
+def pool_of(p, cid: str) -> frozenset[int]:
+    return p.placement(cid)[0]
+
+
+@pytest.mark.parametrize("path", [UPSTREAM / "dynamic-pools-md-0.cfg", *E2E], ids=lambda p: p.name)
+def test_every_upstream_config_applies(path: Path, n4c16: Topology) -> None:
+    p = policy_from_yaml(path.read_text(), n4c16)
+    configured = [t["Name"] for t in yaml.safe_load(path.read_text())["policy"]["dynamic-pools"]["DynamicPoolTypes"]]
+    assert set(p.pool_cpus()) == {"reserved", "shared", *configured}
+    for i, name in enumerate(configured):
+        p.allocate(f"c{i}", burstable(f"c{i}", 1000, annotations={DYNAMIC_POOL_KEY: name}))
+        assert p.grants[f"c{i}"].pool == name
+    p.allocate("sys", ctr("sys", ns="kube-system"))
+    assert pool_of(p, "sys") == p.reserved
+    check_disjoint_cover(p)
+    for cid in p.grants:
+        assert pool_of(p, cid) and pool_of(p, cid) <= p.available
+
+
+def test_upstream_e2e_basic_placement(n4c16: Topology) -> None:
+    """Upstream's test01-basic-placement, without usage (its checks allow any usage split)."""
+    p = policy_from_yaml((UPSTREAM / "dynamic-pools-e2e-cri-resmgr.cfg").read_text(), n4c16)
+    assert len(p.available) == 15 and len(p.reserved) == 1
+    p.allocate("pod0c0", ctr("pod0c0", ns="kube-system", pod="pod0"))
+    p.allocate("pod0c1", ctr("pod0c1", ns="kube-system", pod="pod0"))
+    assert pool_of(p, "pod0c0") == pool_of(p, "pod0c1") and len(pool_of(p, "pod0c0")) == 1
+    p.allocate("pod1c0", ctr("pod1c0"))
+    assert len(pool_of(p, "pod1c0")) == 14
+    pool1 = {DYNAMIC_POOL_KEY + "/pod": "pool1"}
+    p.allocate("pod2c0", guaranteed("pod2c0", 100, annotations=pool1))
+    assert len(pool_of(p, "pod2c0")) >= 1 and len(pool_of(p, "pod1c0")) + len(pool_of(p, "pod2c0")) == 14
+    assert not pool_of(p, "pod2c0") & pool_of(p, "pod1c0")
+    p.allocate("pod3c0", guaranteed("pod3c0", 1500, annotations=pool1))
+    assert pool_of(p, "pod2c0") == pool_of(p, "pod3c0") and len(pool_of(p, "pod3c0")) >= 2
+    pool2 = {DYNAMIC_POOL_KEY + "/pod": "pool2"}
+    p.allocate("pod4c0", guaranteed("pod4c0", 1500, annotations=pool2, pod="pod4"))
+    p.allocate("pod4c1", guaranteed("pod4c1", 1500, annotations=pool2, pod="pod4"))
+    assert pool_of(p, "pod4c0") == pool_of(p, "pod4c1") and len(pool_of(p, "pod4c0")) >= 3
+    assert len(pool_of(p, "pod1c0")) + len(pool_of(p, "pod3c0")) + len(pool_of(p, "pod4c0")) == 14
+    p.allocate("pod5c0", guaranteed("pod5c0", 1500, ns="pool1"))
+    assert pool_of(p, "pod5c0") == pool_of(p, "pod3c0") and len(pool_of(p, "pod3c0")) >= 4
+    check_disjoint_cover(p)
+
+
+def test_upstream_e2e_reserved(n4c16: Topology) -> None:
+    """Upstream's test04-reserved: reserved namespaces (globs) and the reserved type's own namespace."""
+    p = policy_from_yaml((UPSTREAM / "dynamic-pools-e2e-reserved.cfg").read_text(), n4c16)
+    assert p.reserved == {0, 1, 2}
+    p.allocate("pod0c0", guaranteed("pod0c0", 100, ns="kube-system"))
+    p.allocate("pod1c0", guaranteed("pod1c0", 1000, ns="monitor-mypods"))
+    p.allocate("pod2c0", guaranteed("pod2c0", 1000, ns="system-logs"))
+    p.allocate("pod3c0", guaranteed("pod3c0", 2000, ns="my-exact-name"))
+    assert {pool_of(p, c) for c in ("pod0c0", "pod1c0", "pod2c0", "pod3c0")} == {frozenset({0, 1, 2})}
+    p.allocate("pod4c0", guaranteed("pod4c0", 2000, annotations={DYNAMIC_POOL_KEY: "full-core"}))
+    assert len(pool_of(p, "pod4c0")) == 2 and not pool_of(p, "pod4c0") & p.reserved
