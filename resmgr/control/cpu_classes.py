@@ -136,7 +136,13 @@ class CpuClassController:
                                     f"is the intel_uncore_frequency driver loaded?")
         self.classes = classes
         assignments, self.assignments = self.assignments, {}
-        if assignments:
+        if not classes:  # no classes any more (or the controller stops): hardware limits back
+            for cpu in sorted(set().union(*assignments.values())):
+                try:
+                    set_cpu_freq(self.sysfs_root, cpu, 0, 0)
+                except CpuClassError as exc:
+                    log.error("CPU class: %s", exc)
+        elif assignments:
             self.sync(assignments)
 
     def sync(self, wanted: Mapping[str, frozenset[int]]) -> list[str]:

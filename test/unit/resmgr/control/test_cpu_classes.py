@@ -56,6 +56,8 @@ def test_reconfigure_reapplies_and_unconfigured_classes_are_left_alone(sysfs: Pa
     assert cpu_freq(sysfs, 5) == (HW_MIN_KHZ, HW_MAX_KHZ)
     ctl.configure({**CLASSES, "slow": CpuClass("slow", 900_000, 1_100_000)})
     assert cpu_freq(sysfs, 4) == (900_000, 1_100_000)
+    ctl.configure({})  # classes removed: the CPUs get the hardware's limits back
+    assert cpu_freq(sysfs, 4) == (HW_MIN_KHZ, HW_MAX_KHZ) and ctl.assignments == {}
 
 
 def test_missing_drivers_are_clear_errors(tmp_path: Path) -> None:
