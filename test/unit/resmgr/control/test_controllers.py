@@ -12,6 +12,7 @@ from fixtures.control_trees import (
     build_container_cgroup,
     build_cpufreq,
     build_resctrl,
+    build_uncore,
     cpu_freq,
     group_tasks,
     kernel_table,
@@ -21,10 +22,12 @@ from fixtures.sysfs_builder import TWO_SOCKETS, build_sysfs
 from unit.resmgr.rm_driver import Driver
 
 from resmgr.config import ConfigError, validate_config_text
-from resmgr.control.controllers import container_classes, controller_modes
+from resmgr.control.controllers import Controllers, container_classes, controller_modes
 from resmgr.manager.resources import ContainerInfo
 from resmgr.relay.metrics import RelayMetrics
 from resmgr.topology import discover_topology
+
+UPSTREAM = Path(__file__).parents[3] / "data" / "upstream"
 
 BALLOONS_WITH_CLASSES = """
 policy:
@@ -155,3 +158,25 @@ def test_modes_and_class_lookup() -> None:
     assert container_classes(c) == {"rdt": "gold", "blockio": "Burstable"}
     assert container_classes(c, {"blockio": "slow"}) == {"rdt": "gold", "blockio": "slow"}
     assert container_classes(ContainerInfo(id="2", pod_id="p", name="x"))["rdt"] == "/PodQos"
+
+
+@pytest.mark.parametrize(("name", "check"), [
+    ("balloons-md-0.cfg", lambda c: set(c.cpu.classes) == {"lowpower", "dynamic", "turbo"}),
+    ("balloons-policy.cfg", lambda c: set(c.cpu.classes) == {"default", "turbo", "normal"}),
+    ("rdt-md-0.cfg", lambda c: set(c.rdt.groups) == {"Guaranteed", "Burstable", "BestEffort"}),
+    ("blockio.cfg", lambda c: c.blockio_classes["LowPrioThrottled"].throttles["ThrottleReadBps"]),
+])
+def test_upstream_sample_configs_apply_with_every_controller_required(roots, tmp_path: Path, name: str,
+                                                                       check) -> None:
+    sysfs = Path(roots["sysfs_root"])
+    build_uncore(sysfs, [(0, 0), (1, 0)])
+    dev_root = tmp_path / "devroot"
+    for i, dev in enumerate(("vda", "sda")):
+        make_block_device(dev_root, sysfs, dev, 254 + i, 0)
+    config = validate_config_text((UPSTREAM / name).read_text())
+    config["resource-manager"] = {"control": {"Controllers": {"cpu": "Required", "rdt": "Required",
+                                                              "blockio": "Required"}}}
+    controllers = Controllers(discover_topology(sysfs), dev_root=dev_root,
+                              **{k: v for k, v in roots.items() if k != "sysfs_root"}, sysfs_root=sysfs)
+    controllers.configure(config)  # raises if a Required controller cannot apply the sample
+    assert check(controllers) and controllers.errors == {}
