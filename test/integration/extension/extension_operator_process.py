@@ -84,7 +84,30 @@ class SeedClient:
         self.coordination = client.CoordinationV1Api(self.api_client)
 
     def new_namespace(self, prefix: str) -> str:
-        return self.seed_api.create_shoot_namespace(f"{prefix}-{uuid.uuid4().hex[:6]}")
+        ns = self.seed_api.create_shoot_namespace(f"{prefix}-{uuid.uuid4().hex[:6]}")
+        self.give_shoot_access(ns)
+        return ns
+
+    def give_shoot_access(self, namespace: str) -> None:
+        """The test API server is the shoot too: the extension reads its nodes' records through the generic
+        token kubeconfig (gardenlet's part) and a filled-in shoot-access token (the token-requestor's part),
+        both played here (fixtures/shoot_access.py), with the ServiceAccount and RBAC of the installation chart."""
+        from fixtures import shoot_access
+
+        from extension import node_proof
+
+        if not getattr(self, "_shoot_rbac", False):
+            self.seed_api.kubectl("create", "serviceaccount", node_proof.SHOOT_ACCESS_SERVICE_ACCOUNT,
+                                  "-n", "kube-system", check=False)
+            self.seed_api.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                        "items": shoot_rbac(self.seed_api.tools)}))
+            self._shoot_rbac = True
+        self.seed_api.kubectl("apply", "-f", "-", input=json.dumps(
+            shoot_access.generic_kubeconfig_secret(namespace, self.seed_api.url, None)))
+        self.core.create_namespaced_secret(namespace, node_proof.access_secret_body(namespace))
+        token = self.seed_api.kubectl("create", "token", node_proof.SHOOT_ACCESS_SERVICE_ACCOUNT, "-n", "kube-system",
+                                      "--duration", "2h").stdout.strip()
+        shoot_access.fill_access_token(self.core, namespace, node_proof.SHOOT_ACCESS_SECRET, token)
 
     def create_extension(self, namespace: str, provider_config: dict | None = None, *,
                          annotations: dict[str, str] | None = None, name: str = "cri-resmgr") -> dict:
@@ -190,6 +213,20 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = 60, operator:
         time.sleep(interval)
     tail = operator.log_tail() if operator else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last})\n{tail}")
+
+
+def shoot_rbac(tools: Any) -> list[dict]:
+    """The installation chart's RBAC for the extension's shoot-access ServiceAccount."""
+    import subprocess
+
+    import yaml
+
+    text = subprocess.run([tools.helm, "template", "cri-resmgr-installation",
+                           str(REPO / "charts" / "internal" / "cri-resmgr-installation"), "--namespace", "kube-system"],
+                          capture_output=True, text=True, check=True).stdout
+    return [d for d in yaml.safe_load_all(text) if d and d["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role",
+                                                                        "RoleBinding")
+            and d["metadata"]["name"] == "extension-cri-resmgr"]
 
 
 def by_kind(objs: list[dict], kind: str) -> dict[str, dict]:

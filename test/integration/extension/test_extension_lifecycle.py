@@ -85,7 +85,7 @@ def test_delete_reports_error_after_uninstall_timeout(seed, tools, seed_api, bas
         seed.delete_extension(ns)
         wait_for(lambda: last_op(seed, ns).get("state") == "Error", "timeout error", operator=op)
         err = seed.extension(ns)["status"]["lastError"]["description"]
-        assert "uninstall rollout not healthy" in err and "still waiting" in err
+        assert "uninstall not finished" in err and "still waiting" in err
         # Waiting continues: healthy later still completes the deletion.
         seed.set_mr_conditions(ns)
         wait_for(lambda: seed.extension(ns) is None, "Extension gone", operator=op)

@@ -1,0 +1,108 @@
+"""Install and uninstall end only on every node's own record (issue 16 item 9), on the local landscape
+with the real gardener-resource-manager (its token-requestor gives the extension its shoot token).
+
+* Install: whenever SystemComponentsHealthy is True, every node's record says "installed" for the
+  rollout the extension deployed.
+* Uninstall, one node slow and one failing (node-file failpoints, installer/failpoints.py): the
+  Extension reports an error naming the failing node and keeps the ManagedResource; once that node
+  is fixed it finishes, and the ManagedResource is never gone before every node recorded its uninstall.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from e2e import scenarios
+from e2e.gardener import shoot_ops
+from e2e.targets import LandscapeTarget
+
+from extension import node_proof
+from installer import failpoints, node_record
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+
+FAILPOINT = f"{failpoints.NODE_FAILPOINT_DIR}/uninstall-start"
+MR = "extension-runtime-cri-resmgr"
+
+
+def records(shoot) -> dict[str, node_record.NodeRecord]:
+    items = shoot.get_json("leases", "-n", "kube-system", "-l",
+                           f"{node_record.LABEL}={node_record.LABEL_VALUE}")["items"]
+    return {r.node: r for r in map(node_record.from_lease, items) if r is not None}
+
+
+def managed_resource(land) -> dict | None:
+    r = land.seed.run("-n", land.namespace, "get", "managedresource", MR, "-o", "json", check=False)
+    if r.returncode != 0:
+        assert "NotFound" in r.stderr, r.stderr
+        return None
+    return json.loads(r.stdout)
+
+
+def condition(ext: dict | None) -> dict:
+    conds = ((ext or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c["type"] == "SystemComponentsHealthy"), {})
+
+
+def all_recorded(recs: dict, nodes: list[str], state: str, digest: str) -> bool:
+    return all(n in recs and (recs[n].state, recs[n].digest) == (state, digest) for n in nodes)
+
+
+def test_install_and_uninstall_end_only_on_every_nodes_record(inside):
+    t = LandscapeTarget(inside)
+    t.create()
+    g, shoot = t.gardenlet, t.shoot()
+    nodes = sorted(shoot_ops.shoot_nodes(shoot))
+    assert len(nodes) >= 2, nodes
+    t.enable(scenarios.provider_config(), wait=False)
+
+    def healthy_only_with_records() -> tuple[bool, str]:
+        cond = condition(g.extension())
+        if cond.get("status") != "True":
+            return False, f"SystemComponentsHealthy {cond.get('status')}: {cond.get('message')}"
+        digest = managed_resource(inside)["metadata"]["annotations"][node_proof.EXPECTED_DIGEST_ANNOTATION]
+        recs = records(shoot)
+        assert all_recorded(recs, nodes, node_record.INSTALLED, digest), (cond, digest, recs)
+        return True, ""
+    shoot_ops.wait_until("SystemComponentsHealthy True", healthy_only_with_records, 600, 1)
+    t.wait_reconciled()
+
+    slow, failing = nodes[0], nodes[1]
+    runners = {r.node: r for r in t.runners([slow, failing])}
+    try:
+        for node, action in ((slow, "sleep 40"), (failing, "fail injected by the e2e test")):
+            runners[node].run(f"mkdir -p {failpoints.NODE_FAILPOINT_DIR} && echo '{action}' > {FAILPOINT}",
+                              check=True)
+        t.disable(wait=False)
+        seen: dict[str, str] = {}
+
+        def mr_stays_until_every_record() -> tuple[bool, str]:
+            """The invariant, sampled: no ManagedResource deletion before every node recorded its uninstall."""
+            mr = managed_resource(inside)
+            if mr is not None:
+                ann = mr["metadata"].get("annotations") or {}
+                if ann.get(node_proof.EXPECTED_STATE_ANNOTATION) == node_record.UNINSTALLED:
+                    seen["digest"] = ann[node_proof.EXPECTED_DIGEST_ANNOTATION]
+                return False, "managed resource still there"
+            assert "digest" in seen, "the uninstall ManagedResource was never seen"
+            recs = records(shoot)
+            assert all_recorded(recs, nodes, node_record.UNINSTALLED, seen["digest"]), (seen, recs)
+            return True, ""
+
+        def error_names_the_failing_node() -> tuple[bool, str]:
+            mr_stays_until_every_record()
+            ext = g.extension()
+            err = (((ext or {}).get("status") or {}).get("lastError") or {}).get("description", "")
+            return failing in err and "injected by the e2e test" in err, err or "no lastError yet"
+        shoot_ops.wait_until("an error naming the failing node", error_names_the_failing_node, 600, 1)
+        assert g.extension() is not None and managed_resource(inside) is not None
+        runners[failing].run(f"rm -f {FAILPOINT}", check=True)
+        shoot_ops.wait_until("the ManagedResource deleted after every node's record", mr_stays_until_every_record,
+                             600, 0.5)
+        t.wait_gone()
+    finally:
+        for r in runners.values():
+            r.run(f"rm -rf {failpoints.NODE_FAILPOINT_DIR}")
+    scenarios.assert_nodes(t, installed=False)
+    t.delete()
