@@ -18,7 +18,7 @@ from typing import Any
 
 from extension import constants as c
 from extension import node_proof, webhook
-from extension.component import ManagedResourceComponent
+from extension.component import ManagedResourceComponent, NotHealthy
 from extension.configs import SplitConfigs, merge_configs, validate_and_split
 from extension.errors import ConfigurationError, RetryLater
 from extension.gardener import imagevector
@@ -192,11 +192,14 @@ class Actuator:
             installed.wait_cleanup()
         uninstallation = self.uninstallation(extension, cluster)
         node_proof.ensure_shoot_access(self.apis, ns)
-        uninstallation.deploy()
+        secret = uninstallation.deploy()
         try:
+            # The nodes' records first: they name the nodes that are not done, or failed.
             proof = self.shoot.check(ns, node_record.UNINSTALLED, uninstallation.values.digest,
                                      uninstallation.selection(), self.settings.poll_interval)
-        except node_proof.NodesNotDone as err:
+            # Necessary too: gardener-resource-manager applied this rollout (nothing else of it is failing).
+            uninstallation.wait_healthy(secret, "uninstall rollout")
+        except (node_proof.NodesNotDone, NotHealthy) as err:
             if runtime_seconds > self.settings.uninstall_timeout:
                 raise UninstallTimeout(
                     f"uninstall not finished after {int(runtime_seconds)}s "
