@@ -75,8 +75,13 @@ class ResourceManagerApplier:
                 self._active[cid] = override
         self.send_updates(result.updates, "SetAdjustment")
         # classes.rdt / classes.blockio / toptierLimit: the controllers move the containers (resmgr.control)
-        self.rm.set_class_overrides({cid: class_overrides(o) for cid, o in overrides.items()
-                                     if class_overrides(o) and cid not in result.missing})
+        applied = self.rm.set_class_overrides({cid: class_overrides(o) for cid, o in overrides.items()
+                                               if class_overrides(o) and cid not in result.missing})
+        for cid, got in applied.items():  # an Adjustment's status names a class that did not take
+            wrong = [f"{kind} class {cls!r} not applied ({got.get(kind, 'controller off or failed')})"
+                     for kind, cls in overrides[cid].classes.items() if got.get(kind) != cls]
+            if wrong and cid not in errors:
+                errors[cid] = "; ".join(wrong)
         return errors
 
 

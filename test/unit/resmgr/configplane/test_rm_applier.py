@@ -57,6 +57,15 @@ def test_adjustment_for_a_gone_container_is_an_error(setup):
     assert applier.apply_adjustments({"nope": ContainerOverride("a")}) == {"nope": "container is not running"}
 
 
+def test_a_class_that_does_not_take_is_reported(setup):
+    driver, applier, _, _ = setup
+    cid = driver.create(driver.run_pod("web", namespace="prod"), "web")
+    # no RDT class "gold" on this node (no such resctrl group, or no resctrl at all)
+    errors = applier.apply_adjustments({cid: ContainerOverride("prod/a", classes={"rdt": "gold"})})
+    assert errors[cid].startswith("rdt class 'gold' not applied")
+    assert driver.rm.class_overrides[cid] == {"rdt": "gold"}
+
+
 def test_config_through_the_plane(setup):
     driver, applier, _, applied = setup
     plane = ConfigPlane(applier)
