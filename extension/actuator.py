@@ -40,6 +40,7 @@ class ActuatorSettings:
     imagevector_overwrite: str | None = None
     configmap_namespace: str | None = None
     uninstall_timeout: float = 600.0
+    uninstall_max_unavailable: str | int = "50%"  # nodes uninstalling at once (installer DaemonSet maxUnavailable)
     poll_interval: float = 5.0
     metrics_port: int = 8891
     # Admit the shoot's pod network to the relays' /metrics (opt-in: it admits every pod, see the README).
@@ -101,6 +102,7 @@ class Actuator:
             images=self.images(cluster), mode=mode, static_configs=split.static, dynamic_configs=split.dynamic,
             node_selector=pc.node_selector, worker_pools=pc.worker_pools, metrics_port=self.settings.metrics_port,
             metrics_allow=(cluster.pods_cidr,) if self.settings.metrics_allow_pod_network and cluster.pods_cidr else (),
+            uninstall_max_unavailable=self.settings.uninstall_max_unavailable,
             kubernetes_version=cluster.kubernetes_version or None)
         values = dataclasses.replace(values, digest=node_proof.rollout_digest(values.chart_values(), *rollout))
         # After the digest: the webhook (and its certificate renewals) is no rollout of the nodes.

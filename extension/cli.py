@@ -42,6 +42,15 @@ def default_charts_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "charts"
 
 
+def max_unavailable(text: str) -> str | int:
+    """A DaemonSet maxUnavailable: a count >= 1 or a percentage 1%..100%."""
+    value = text.strip()
+    number = value[:-1] if value.endswith("%") else value
+    if not number.isdigit() or not (1 <= int(number) <= (100 if value.endswith("%") else 10**6)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a node count >= 1 or a percentage 1%..100%")
+    return value if value.endswith("%") else int(number)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gardener-extension-cri-resmgr", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--uninstall-timeout", type=float, default=600.0, metavar="SECONDS",
                    help="on delete, report an error if the uninstall rollout is not healthy after this long; "
                         "waiting continues (default: 600)")
+    p.add_argument("--uninstall-max-unavailable", type=max_unavailable, default="50%", metavar="N|N%",
+                   help="how many selected nodes uninstall at once (the installer DaemonSet's maxUnavailable "
+                        "in uninstall mode): a count or a percentage (default: 50%%, 100 nodes in about two "
+                        "per-node uninstall times; README 'How many nodes an uninstall takes at once')")
     p.add_argument("--poll-interval", type=float, default=5.0, metavar="SECONDS",
                    help="how often a waiting delete/migrate checks again (default: 5)")
     p.add_argument("--retry-delay-min", type=float, default=5.0, metavar="SECONDS",

@@ -39,11 +39,13 @@ class InstallationValues:
     webhook: dict[str, Any] = field(default_factory=dict)
     # Identifies the rollout in each node's record (extension/node_proof.py); empty: no proof expected.
     digest: str = ""
+    uninstall_max_unavailable: str | int = "50%"
 
     def chart_values(self) -> dict[str, Any]:
         return {
             "images": self.images,
-            "installer": {"mode": self.mode, "digest": self.digest},
+            "installer": {"mode": self.mode, "digest": self.digest,
+                          "uninstallMaxUnavailable": self.uninstall_max_unavailable},
             "configs": {"static": self.static_configs, "dynamic": self.dynamic_configs},
             "nodeSelector": self.node_selector,
             "workerPools": list(self.worker_pools),

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Pa
         chart_dir=chart_dir, images_file=images_file, helm=helm,
         imagevector_overwrite=os.environ.get("IMAGEVECTOR_OVERWRITE") or None,
         configmap_namespace=os.environ.get("EXTENSION_CONFIGMAP_NAMESPACE") or None,
-        uninstall_timeout=args.uninstall_timeout, poll_interval=args.poll_interval,
+        uninstall_timeout=args.uninstall_timeout, uninstall_max_unavailable=args.uninstall_max_unavailable,
+        poll_interval=args.poll_interval,
         metrics_port=args.metrics_port, metrics_allow_pod_network=args.metrics_allow_pod_network))
     settings = OperatorSettings(
         ignore_operation_annotation=args.ignore_operation_annotation,

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+
+import pytest
+
+from extension.cli import max_unavailable
 
 
 def run(*args):
@@ -38,3 +43,14 @@ def test_missing_kubeconfig_is_a_clear_error(tmp_path):
 def test_bad_interval(tmp_path):
     r = run("--helm", "/bin/true", "--health-interval", "0")
     assert r.returncode == 2 and "--health-interval must be > 0" in r.stderr
+
+
+@pytest.mark.parametrize("text, want", [("50%", "50%"), ("100%", "100%"), ("1", 1), (" 20 ", 20)])
+def test_uninstall_max_unavailable_takes_counts_and_percentages(text, want) -> None:
+    assert max_unavailable(text) == want
+
+
+@pytest.mark.parametrize("text", ["0", "0%", "101%", "-1", "half", "5.5", ""])
+def test_uninstall_max_unavailable_refuses_the_rest(text) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="not a node count"):
+        max_unavailable(text)
