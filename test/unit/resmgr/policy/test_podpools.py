@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from fixtures.sysfs_builder import Shape, build_sysfs
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
+from unit.resmgr.rm_driver import Driver
 
-from resmgr.config import ConfigError
+from resmgr.config import ConfigError, validate_config_text
 from resmgr.policy.base import RestoreError
 from resmgr.policy.podpools import POOL_KEY
 from resmgr.topology import Topology, discover_topology, parse_cpuset
@@ -297,3 +298,27 @@ def test_restore(n4c16: Topology) -> None:
     with pytest.raises(RestoreError, match="pool type"):
         wrong = {**state, "grants": {**state["grants"], "c3": {**state["grants"]["c3"], "pool": "dualcpu[2]"}}}
         restore(text, wrong)
+
+
+def test_through_the_resource_manager(n4c16: Topology, tmp_path: Path) -> None:
+    """Restart keeps every pod in its instance; a config push keeps them too while their instances stay,
+    re-places them (the runtime gets the updates) when not, and is refused if it does not fit the node."""
+    text = (UPSTREAM / "podpools-policy.cfg").read_text()
+    d = Driver(n4c16, tmp_path, text)
+    pods = [d.run_pod(f"p{i}", annotations=pool("dualcpu")) for i in range(4)]
+    cids = [d.create(pods[i], f"c{i}", 500) for i in range(4)]
+    side = d.create(pods[3], "side", 100)
+    placed = d.rm.placements()
+    assert placed[side] == placed[cids[3]] != placed[cids[0]]
+    assert d.restart() == [] and d.rm.placements() == placed
+    assert d.rm.policy.pools["dualcpu[0]"].pods == {pods[0]: 1, pods[1]: 1, pods[2]: 1}
+    # one more dualcpu instance: the running ones keep their CPUs, nobody moves
+    assert d.rm.set_config(validate_config_text(text.replace("Instances: 50 %", "Instances: 4"))) == []
+    assert d.rm.placements() == placed
+    # singlecpu takes 5 CPUs: the dualcpu instances get other CPUs and their pods follow
+    d.runtime.apply(d.rm.set_config(validate_config_text(text.replace("Instances: 3 CPUs", "Instances: 5 CPUs"))))
+    assert d.runtime_view() == d.rm.placements() != placed
+    assert [d.rm.policy.grants[c].pool for c in [*cids, side]] == ["dualcpu[0]"] * 3 + ["dualcpu[1]"] * 2
+    with pytest.raises(ConfigError, match="insufficient CPUs"):
+        d.rm.set_config(validate_config_text(text.replace("Instances: 50 %", "Instances: 6")))
+    assert len(sizes(d.rm.policy, "singlecpu")) == 5
