@@ -293,6 +293,9 @@ class PodpoolsPolicy(Policy):
         pool = self.pools.get(key)
         return None if pool is None else pool.placement
 
+    def pool_cpus(self) -> dict[str, frozenset[int]]:
+        return {name: p.cpus for name, p in self.pools.items()}
+
     def exclusive_sets(self) -> dict[str, frozenset[int]]:
         """Every pool's CPUs but the reserved ones (the default pool's too when it has CPUs of its own)."""
         return {name: p.cpus for name, p in self.pools.items() if not p.cpus & self.reserved}
