@@ -19,6 +19,8 @@ CONFIGS = {
                 "      - Name: app\n        Namespaces: [app]\n        MinCPUs: 2\n",
     "dynamic-pools": "policy:\n  Active: dynamic-pools\n  ReservedResources:\n    cpu: cpuset:0\n"
                      "  dynamic-pools:\n    DynamicPoolTypes:\n      - Name: app\n        Namespaces: [app]\n",
+    "podpools": "policy:\n  Active: podpools\n  ReservedResources:\n    cpu: 1\n  podpools:\n    Pools:\n"
+                "      - {Name: app, CPU: 2, Instances: 3}\n",
 }
 
 
