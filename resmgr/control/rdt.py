@@ -129,12 +129,12 @@ def _parse_cache_value(text: str, where: str) -> CacheRequest:
                 raise RdtError(f"{where}: invalid cache allocation {text!r} (a percentage, 0x mask or bit list)")
             for b in range(int(m[1]), int(m[2] or m[1]) + 1):
                 bits |= 1 << b
-    if bits == 0 or "0" in bin(bits >> _lsb(bits))[2:]:
+    if bits == 0 or "0" in bin(bits >> lowest_bit(bits))[2:]:
         raise RdtError(f"{where}: cache bitmask {text!r} must be one contiguous block of ones")
     return Mask(bits)
 
 
-def _lsb(bits: int) -> int:
+def lowest_bit(bits: int) -> int:
     return (bits & -bits).bit_length() - 1
 
 
@@ -186,7 +186,7 @@ def _mb_percent(value: Any, where: str) -> int:
 
 
 # -- resolving partitions and classes ----------------------------------------------------------
-def _partition_masks(requests: dict[str, CacheRequest], total_bits: int, min_bits: int, where: str
+def partition_masks(requests: dict[str, CacheRequest], total_bits: int, min_bits: int, where: str
                      ) -> dict[str, int]:
     """Disjoint masks for the partitions' requests on one cache id (goresctrl's resolver)."""
     names = sorted(requests)
@@ -230,7 +230,7 @@ def overlay(request: CacheRequest, base: int, min_bits: int, where: str) -> int:
     """A class's cache request placed inside its partition's mask ``base``."""
     if base == 0:
         raise RdtError(f"{where}: the partition has no cache ways")
-    base_lsb, base_msb = _lsb(base), base.bit_length() - 1
+    base_lsb, base_msb = lowest_bit(base), base.bit_length() - 1
     width = base_msb - base_lsb + 1
     if isinstance(request, Mask):
         bits = request.bits << base_lsb
@@ -282,7 +282,7 @@ def resolve_schemata(section: Mapping[str, Any], info: ResctrlInfo) -> dict[str,
             part_masks: dict[int, dict[str, int]] = {}
             for i in ids:
                 reqs = {n: r[i].get(typ, r[i]["unified"]) for n, r in part_req.items()}
-                part_masks[i] = _partition_masks(reqs, total, min_bits, f"rdt {level} cache id {i}")
+                part_masks[i] = partition_masks(reqs, total, min_bits, f"rdt {level} cache id {i}")
             suffix = {"unified": "", "code": "CODE", "data": "DATA"}[typ]
             for cname, pname in classes.items():
                 raw = partitions[pname]["classes"][cname].get(key)

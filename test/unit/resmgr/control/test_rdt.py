@@ -8,9 +8,23 @@ from pathlib import Path
 import pytest
 import yaml
 from fixtures.control_trees import build_resctrl, group_tasks
+from fixtures.hypothesis_profiles import examples
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from resmgr.config import validate_config_text
-from resmgr.control.rdt import POD_QOS_CLASS, ROOT_CLASS, RdtController, RdtError, read_info, resolve_schemata
+from resmgr.control.rdt import (
+    POD_QOS_CLASS,
+    ROOT_CLASS,
+    Pct,
+    RdtController,
+    RdtError,
+    lowest_bit,
+    overlay,
+    partition_masks,
+    read_info,
+    resolve_schemata,
+)
 
 DOC_EXAMPLE = """
 rdt:
@@ -134,3 +148,27 @@ def test_without_resctrl(tmp_path: Path) -> None:
     assert not ctl.active
     with pytest.raises(RdtError, match="not mounted"):
         ctl.configure(rdt_section(DOC_EXAMPLE))
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(ways=st.integers(4, 20), min_bits=st.integers(1, 2),
+       shares=st.lists(st.integers(1, 60), min_size=1, max_size=4),
+       ranges=st.lists(st.tuples(st.integers(0, 100), st.integers(1, 100)), min_size=1, max_size=4))
+def test_partition_ways_are_disjoint_and_classes_stay_inside(ways: int, min_bits: int, shares: list[int],
+                                                            ranges: list[tuple[int, int]]) -> None:
+    assume(sum(shares) <= 100 and len(shares) * min_bits <= ways * sum(shares) // 100)
+    requests = {f"p{i}": Pct(0, s) for i, s in enumerate(shares)}
+    try:
+        masks = partition_masks(requests, ways, min_bits, "t")
+    except RdtError:
+        return  # too many partitions for the ways: refused, never overlapping
+    used = 0
+    for mask in masks.values():
+        assert mask and not mask & used and mask < 1 << ways  # disjoint, inside the cache
+        # contiguous and wide enough
+        assert "0" not in bin(mask >> lowest_bit(mask))[2:] and bin(mask).count("1") >= min_bits
+        used |= mask
+        for low, high in ranges:
+            if low <= high:
+                cls = overlay(Pct(low, high), mask, min_bits, "t")
+                assert cls and cls | mask == mask  # a class never leaves its partition
