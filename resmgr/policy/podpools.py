@@ -23,7 +23,15 @@ from typing import Any
 from resmgr.config import ConfigError
 from resmgr.config.pool_sizes import parse_instances, parse_pool_cpus
 from resmgr.manager.resources import KUBE_SYSTEM, ContainerInfo
-from resmgr.policy.base import Grant, Placement, Policy, RestoreError, log, resolve_cpu_resources
+from resmgr.policy.base import (
+    Grant,
+    Placement,
+    PlacementMemo,
+    Policy,
+    RestoreError,
+    log,
+    resolve_cpu_resources,
+)
 from resmgr.policy.cpu_allocator import take_cpus
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
 from resmgr.topology.model import Topology
@@ -164,9 +172,9 @@ class PodpoolsPolicy(Policy):
                                                               "(the reserved pool, and the default pool's fallback)")
         self.pools: dict[str, Pool] = {}
         self._instances: dict[str, list[Pool]] = {}  # pool type -> its instances, in order
+        placement = PlacementMemo(self.topology, self.pin_cpu, self.pin_memory)
         for pool in build_pools(section, self.topology, self.available, self.reserved):
-            pool.placement = (pool.cpus if self.pin_cpu else None,
-                              self.topology.nodes_of(pool.cpus) if self.pin_memory else None)
+            pool.placement = placement(pool.cpus)
             self.pools[pool.name] = pool
             self._instances.setdefault(pool.type.name, []).append(pool)
             log.info("podpools: pool %s cpus %s, MaxPods %d", pool.name, format_cpuset(pool.cpus), pool.type.max_pods)
