@@ -177,7 +177,10 @@ class PodpoolsPolicy(Policy):
             pool.placement = placement(pool.cpus)
             self.pools[pool.name] = pool
             self._instances.setdefault(pool.type.name, []).append(pool)
-            log.info("podpools: pool %s cpus %s, MaxPods %d", pool.name, format_cpuset(pool.cpus), pool.type.max_pods)
+        for type_name, instances in self._instances.items():
+            t = instances[0].type
+            log.info("podpools: %s: %d instance(s), CPUs %s, MaxPods %d, FillOrder %s", type_name, len(instances),
+                     " ".join(format_cpuset(p.cpus) for p in instances), t.max_pods, t.fill_order)
         self.reserved_pool = self._instances[RESERVED][0]
         self.default_pool = self._instances[DEFAULT][0]
         if len(self._instances) > 3:
