@@ -55,10 +55,20 @@ class DynamicPool:
     name: str
     cpus: frozenset[int] = frozenset()
     members: dict[str, int] = field(default_factory=dict)  # container id -> requested milli-CPU
+    requested: int = 0  # sum of the members' requests, kept as they come and go
+    usage: int = 0  # sum of the members' measured milli-CPU
 
-    @property
-    def requested(self) -> int:
-        return sum(self.members.values())
+    def add(self, cid: str, milli: int) -> None:
+        self.members[cid] = milli
+        self.requested += milli
+
+    def remove(self, cid: str, used: int) -> bool:
+        milli = self.members.pop(cid, None)
+        if milli is None:
+            return False
+        self.requested -= milli
+        self.usage -= used
+        return True
 
 
 def pool_sizes(free: int, requested: Mapping[str, int], usage: Mapping[str, float],
@@ -123,6 +133,7 @@ class DynamicPoolsPolicy(Policy):
         self.opts = {**DEFAULTS, **section}
         res = resolve_cpu_resources(self.config, self.topology, sysfs_root=self.sysfs_root)
         self.available, self.reserved = res.available, res.reserved
+        self._outside_reserved = self.available - self.reserved
         if not self.reserved:
             raise ConfigError("policy.ReservedResources.cpu",
                               "dynamic-pools needs at least one reserved CPU (the reserved pool)")
@@ -141,15 +152,13 @@ class DynamicPoolsPolicy(Policy):
         self._resize_all()
 
     # -- sizing ------------------------------------------------------------------------------------
-    @property
-    def _outside_reserved(self) -> frozenset[int]:
-        return self.available - self.reserved
-
     def _resize_all(self) -> None:
         requested = {name: p.requested for name, p in self.pools.items()}
-        usage = {name: sum(self.usage.get(cid, 0) for cid in p.members) for name, p in self.pools.items()}
+        usage = {name: p.usage for name, p in self.pools.items()}
         populated = {name for name, p in self.pools.items() if p.members}
         sizes = pool_sizes(len(self._outside_reserved), requested, usage, populated)
+        if all(len(p.cpus) == sizes[name] for name, p in self.pools.items()):
+            return
         free = set(self._outside_reserved - frozenset().union(*(p.cpus for p in self.pools.values())))
         # Shrink first, then grow next to what each pool keeps: CPUs move only as far as sizes change.
         for name, pool in self.pools.items():
@@ -169,6 +178,8 @@ class DynamicPoolsPolicy(Policy):
     def rebalance(self, usage: dict[str, int]) -> None:
         """Take fresh usage (container id -> milli-CPU over the last interval) and resize the pools."""
         self.usage = {cid: max(0, int(milli)) for cid, milli in usage.items() if cid in self.grants}
+        for pool in self.pools.values():
+            pool.usage = sum(self.usage.get(cid, 0) for cid in pool.members)
         self._resize_all()
 
     # -- decisions -----------------------------------------------------------------------------------
@@ -198,13 +209,13 @@ class DynamicPoolsPolicy(Policy):
         super().allocate(cid, container)
         pool = self.pools.get(self.grants[cid].pool)
         if pool is not None:
-            pool.members[cid] = container.request_milli
+            pool.add(cid, container.request_milli)
             self._resize_all()
 
     def on_release(self, cid: str, grant: Grant) -> None:
-        self.usage.pop(cid, None)
+        used = self.usage.pop(cid, 0)
         pool = self.pools.get(grant.pool)
-        if pool is not None and pool.members.pop(cid, None) is not None:
+        if pool is not None and pool.remove(cid, used):
             self._resize_all()
 
     def on_rename(self, old: str, new: str) -> None:
@@ -258,7 +269,9 @@ class DynamicPoolsPolicy(Policy):
                 free -= cpus
                 members = {str(cid): int(milli) for cid, milli in item.get("members", {}).items()}
                 pools[name].cpus = cpus
-                pools[name].members = {cid: milli for cid, milli in members.items() if cid in self.grants}
+                for cid, milli in members.items():
+                    if cid in self.grants:
+                        pools[name].add(cid, milli)
                 dropped = dropped or len(members) != len(pools[name].members)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RestoreError(f"malformed cached dynamic pools: {exc}") from None
