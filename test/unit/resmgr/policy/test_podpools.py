@@ -93,6 +93,17 @@ def test_upstream_docs_example(n4c16: Topology) -> None:
     assert p.grants["next"].pool == "dualcpu[3]"
 
 
+def test_upstream_metrics_e2e_config(n4c16: Topology) -> None:
+    """upstream e2e test06: 90 % of 15 CPUs in 2-CPU instances of 5 pods (400m per pod)."""
+    p = policy_from_yaml("policy:\n  Active: podpools\n  ReservedResources:\n    CPU: 1\n  podpools:\n    Pools:\n"
+                         "      - {Name: 400mCPU, Instances: 90 %, CPU: 2, MaxPods: 5}\n", n4c16)
+    assert sizes(p, "400mCPU") == [2] * 6 and len(p.default_pool.cpus) == 3
+    for i in range(31):
+        p.allocate(f"c{i}", burstable(f"c{i}", 400, annotations=pool("400mCPU")))
+    assert [len(x.pods) for x in p.pools.values() if x.type.name == "400mCPU"] == [5] * 6
+    assert p.grants["c30"].pool == "default[0]"
+
+
 def test_balanced_fill_order(n4c16: Topology) -> None:
     """upstream e2e test02, singlecpu pools (Balanced by default, MaxPods 2)."""
     p = policy_from_yaml((UPSTREAM / "podpools-policy.cfg").read_text(), n4c16)
