@@ -104,7 +104,7 @@ class Actuator:
             metrics_allow=(cluster.pods_cidr,) if self.settings.metrics_allow_pod_network and cluster.pods_cidr else (),
             uninstall_max_unavailable=self.settings.uninstall_max_unavailable,
             kubernetes_version=cluster.kubernetes_version or None)
-        values = dataclasses.replace(values, digest=node_proof.rollout_digest(values.chart_values(), *rollout))
+        values = dataclasses.replace(values, digest=node_proof.rollout_digest(values.installer_inputs(), *rollout))
         # After the digest: the webhook (and its certificate renewals) is no rollout of the nodes.
         values = dataclasses.replace(values, webhook=webhook_values or {})
         return Installation(self.apis, namespace, values, helm=self.settings.helm, chart_dir=self.settings.chart_dir,

@@ -41,6 +41,13 @@ class InstallationValues:
     digest: str = ""
     uninstall_max_unavailable: str | int = "50%"
 
+    def installer_inputs(self) -> dict[str, Any]:
+        """What the installer applies on a node; its digest names the rollout in the node records. Dynamic configs
+        (the agent's) and the roll's pace stay out: a change of those must not re-roll every node's installer."""
+        return {"image": self.images.get("installer"), "mode": self.mode, "static": self.static_configs,
+                "nodeSelector": self.node_selector, "workerPools": list(self.worker_pools),
+                "metrics": {"port": self.metrics_port, "allow": list(self.metrics_allow)}}
+
     def chart_values(self) -> dict[str, Any]:
         return {
             "images": self.images,

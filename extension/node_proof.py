@@ -61,9 +61,9 @@ class NodesFailed(RetryLater):
     """Some selected nodes report that the step failed; retried, and reported as an error."""
 
 
-def rollout_digest(chart_values: dict[str, Any], *extra: str) -> str:
-    """The digest of a rollout: its chart values (and, for an uninstall, the deletion it answers)."""
-    doc = json.dumps({"values": chart_values, "extra": list(extra)}, sort_keys=True, default=str)
+def rollout_digest(inputs: dict[str, Any], *extra: str) -> str:
+    """The digest of a rollout: what the installer applies (and, for an uninstall, the deletion it answers)."""
+    doc = json.dumps({"values": inputs, "extra": list(extra)}, sort_keys=True, default=str)
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
 

@@ -208,3 +208,15 @@ def test_base_configs_come_from_the_operator_configmap(apis: FakeApis) -> None:
     apis.core.config_maps[("garden", c.CONFIGS_CONFIGMAP_NAME)] = {"fallback": FALLBACK}
     split = actuator.configs(actuator.provider_config(extension(provider_config(default=FALLBACK))))
     assert set(split.static) == {"fallback"} and set(split.dynamic) == {"default"}
+
+
+def test_the_rollout_digest_follows_what_the_installer_applies_only(actuator: Actuator) -> None:
+    def digest(pc: dict) -> str:
+        return actuator.installation(NS, cluster(), actuator.provider_config(extension(pc)),
+                                     actuator.configs(actuator.provider_config(extension(pc))), "install").values.digest
+    base = digest(provider_config(fallback=FALLBACK))
+    assert digest(provider_config(fallback=FALLBACK)) == base
+    # The agent's dynamic configs do not re-roll the installer; a static config or the selection does.
+    assert digest(provider_config(fallback=FALLBACK, default="policy:\n  Active: none\n")) == base
+    assert digest(provider_config(fallback="policy:\n  Active: none\n")) != base
+    assert digest({**provider_config(fallback=FALLBACK), "workerPools": ["pool-a"]}) != base
