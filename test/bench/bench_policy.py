@@ -86,6 +86,14 @@ policy:
 """
 POD_ANNOTATIONS["podpools"] = {ns: {"pool.podpools.cri-resource-manager.intel.com": pool}
                                for ns, pool in (("app-a", "app"), ("app-b", "app"), ("fixed", "fixed"))}
+CONFIGS["static-plus"] = "policy:\n  Active: static-plus\n  ReservedResources:\n    cpu: 2\n"
+# static-pools: CMK's layout on 256 CPUs, the default (shared) pool as 30 lists of 8 CPUs that containers spread over.
+CONFIGS["static-pools"] = "policy:\n  Active: static-pools\n  static-pools:\n    pools:\n" + \
+    "      exclusive:\n        exclusive: true\n        cpuLists: [" + \
+    ", ".join(f"{{Cpuset: '{c}', Socket: 0}}" for c in range(8, 16)) + "]\n" + \
+    "      infra:\n        cpuLists: [{Cpuset: '0-7', Socket: 0}]\n" + \
+    "      shared:\n        cpuLists: [" + \
+    ", ".join(f"{{Cpuset: '{c}-{c + 7}', Socket: {c // 128}}}" for c in range(16, 256, 8)) + "]\n"
 # (namespace, QoS, milli-CPU) of the running mix, repeated to RUNNING containers.
 MIX = [("default", "guaranteed", 1000), ("default", "guaranteed", 2500), ("default", "burstable", 500),
        ("default", "besteffort", 0), ("app-a", "burstable", 750), ("app-b", "guaranteed", 1000),
