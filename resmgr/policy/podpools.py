@@ -197,6 +197,7 @@ class PodpoolsPolicy(Policy):
         self._pod_pool: dict[str, Pool] = {}
         self._pod_milli: Counter = Counter()  # pod -> milli-CPU its containers request now
         self._pod_max: dict[str, int] = {}  # pod -> the most its containers requested at once
+        self._pod_names: dict[str, str] = {}  # pod -> namespace/name, for the logs
 
     # -- choosing a pool ---------------------------------------------------------------------------
     def _type_for(self, c: ContainerInfo) -> str:
@@ -237,6 +238,7 @@ class PodpoolsPolicy(Policy):
             self._pod_pool[pod] = pool
             self._pod_milli[pod] += milli
             self._pod_max[pod] = max(self._pod_max.get(pod, 0), self._pod_milli[pod])
+            self._pod_names[pod] = f"{c.namespace}/{c.pod_name}"
         if pool.requested > len(pool.cpus) * 1000:
             log.error("podpools: overbooked pool %s (cpus %s): %dm requested of %dm", pool.name,
                       format_cpuset(pool.cpus), pool.requested, len(pool.cpus) * 1000)
@@ -253,7 +255,7 @@ class PodpoolsPolicy(Policy):
         del pool.pods[pod]
         del self._pod_milli[pod]
         self._pod_pool.pop(pod, None)
-        self._check_pod_request(pod, pool, self._pod_max.pop(pod, 0))
+        self._check_pod_request(self._pod_names.pop(pod, pod), pool, self._pod_max.pop(pod, 0))
         if len(self._recent) >= RECENT_LIMIT:
             self._recent.pop(next(iter(self._recent)))
         self._recent[pod] = pool.name

@@ -226,7 +226,8 @@ def test_cpu_requests_are_checked_and_logged(n4c16: Topology, caplog: pytest.Log
     p.release("a")
     assert "bad CPU requests" not in caplog.text  # the pod still has a container there
     p.release("b")
-    assert "bad CPU requests: pod pod1 requested 2100 mCPUs" in caplog.text and "must request 666 mCPUs" in caplog.text
+    assert "bad CPU requests: pod default/pod1 requested 2100 mCPUs" in caplog.text
+    assert "must request 666 mCPUs" in caplog.text
     caplog.clear()
     for i in range(4):  # 4 x 167m is 666m within the margin
         p.allocate(f"c{i}", burstable(f"c{i}", 167, pod="pod6", annotations=pool("dualcpu")))
