@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from installer.cli import MODE_ENV, main, resolve_mode
+from installer import failpoints, node_record
+from installer.cli import MODE_ENV, build_parser, main, make_host, resolve_mode, run_uninstall
+from installer.install import InstallSettings, NodeInstaller
 from installer.readiness import probe, write_ready
 
 
@@ -65,3 +68,20 @@ def test_uninstall_on_a_clean_node_logs_json_and_reports_ready(tmp_path: Path) -
     assert {"ts", "level", "logger", "msg"} <= set(lines[0])
     assert any(entry["msg"] == "no installer state on the node: nothing to uninstall" for entry in lines)
     assert probe(ready) == (True, "ready (uninstall): uninstalled: the node is clean")
+
+
+def test_uninstall_records_its_failure_and_then_its_success(tmp_path: Path) -> None:
+    """The node record follows the uninstall: failed with the reason, then uninstalled (the failure is a
+    node-file failpoint on a node without installer state)."""
+    args = build_parser().parse_args(["--mode", "uninstall", "--host-root", str(tmp_path), "--once",
+                                      "--ready-file", str(tmp_path / "ready")])
+    installer = NodeInstaller(make_host(args), InstallSettings(binary=tmp_path / "unused"))
+    failpoint = tmp_path / failpoints.NODE_FAILPOINT_DIR.lstrip("/") / "uninstall-start"
+    failpoint.parent.mkdir(parents=True)
+    failpoint.write_text("fail injected\n")
+    records: list[tuple[str, str]] = []
+    assert run_uninstall(installer, args, threading.Event(), lambda s, r: records.append((s, r))) == 1
+    assert records == [(node_record.UNINSTALL_FAILED, "uninstall failed: failpoint uninstall-start: injected")]
+    failpoint.unlink()
+    assert run_uninstall(installer, args, threading.Event(), lambda s, r: records.append((s, r))) == 0
+    assert records[-1] == (node_record.UNINSTALLED, "")
