@@ -299,6 +299,13 @@ def make_machine(topology: Topology, config_text: str,
             if fail:  # the relay learns of the refusal at the next call; only then must the runtime agree
                 self.d.settle()
 
+        @precondition(lambda self: self.d.runtime.cpusets)
+        @rule(data=st.data())
+        def cpu_usage(self, data: st.DataObject) -> None:
+            """Measured CPU usage handed in (dynamic-pools resizes by it; other policies ignore it)."""
+            usage = {cid: data.draw(st.sampled_from([0, 50, 1000, 4000])) for cid in sorted(self.d.runtime.cpusets)}
+            self.d.runtime.apply(self.d.rm.rebalance(usage))
+
         @rule()
         def restart(self) -> None:
             self.d.settle()
