@@ -154,6 +154,10 @@ class StaticPlusPolicy(StaticPolicy):
     def group_state(self) -> dict[str, Any]:
         return {SHARED: self._shared_placement, MIXED: self._shared_placement}
 
+    def pool_cpus(self) -> dict[str, frozenset[int]]:
+        return {SHARED: self._shared_placement[0], RESERVED: self.reserved, ISOLATED: self.isolated_cpus,
+                EXCLUSIVE: frozenset(self._exclusive)}
+
     # -- cache -------------------------------------------------------------------------------------
     def restore_extra(self, data: dict[str, Any]) -> None:
         self._exclusive, self._isolated_taken, self._demand = set(), set(), 0

@@ -364,6 +364,9 @@ class StaticPoolsPolicy(Policy):
                 "labels": {CMK_NODE_LABEL: "true"} if self.label_node else {},
                 "taints": [dict(CMK_TAINT)] if self.taint_node else []}
 
+    def pool_cpus(self) -> dict[str, frozenset[int]]:
+        return {name: pool.cpus for name, pool in self.pools.items()}
+
     # -- cache ---------------------------------------------------------------------------------
     def export_extra(self) -> dict[str, Any]:
         return {"static-pools": {cid: {"pool": pool, "cpuLists": [self.pools[pool].lists[i].text for i in chosen],

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cri_api.v1 import api_pb2
 from unit.resmgr.policy_helpers import ctr, policy_from_yaml
 
 from resmgr.config import ConfigError
-from resmgr.manager.resources import ContainerInfo, policy_command
-from resmgr.policy.base import RestoreError
+from resmgr.manager.resources import ContainerInfo, policy_command, policy_env
+from resmgr.policy.base import ContainerEdits, RestoreError
 from resmgr.policy.static_pools import cmk_args_from_command, read_conf_dir
 from resmgr.topology import Topology
 
@@ -80,6 +81,7 @@ def test_pools_by_env_and_exclusive_cores(topo: Topology) -> None:
     assert edits is not None and edits.command is None
     assert edits.env == {"CMK_CPUS_ASSIGNED": "8,72", "CMK_CPUS_INFRA": "0-7", "CMK_CPUS_SHARED": "10-15,41-47"}
     assert p.node_resources() == {"capacity": {"cmk.intel.com/exclusive-cores": "3"}, "labels": {}, "taints": []}
+    assert p.pool_cpus()["infra"] == frozenset(range(8)) and p.pool_cpus()["exclusive"] == {8, 9, 40, 72, 73, 104}
 
 
 def test_no_affinity_gets_env_but_no_cpuset(topo: Topology) -> None:
@@ -228,3 +230,16 @@ def test_upstream_examples_apply(topo: Topology, tmp_path: Path) -> None:
     sample = policy_from_yaml(f"policy:\n  Active: static-pools\n  static-pools:\n    ConfFilePath: {SAMPLE_POOLS}\n",
                               topo)
     assert sample.node_resources()["capacity"] == {"cmk.intel.com/exclusive-cores": "6"}
+
+
+
+def test_only_cmk_env_and_command_are_kept_and_edits_apply() -> None:
+    envs = [api_pb2.KeyValue(key=k, value=v) for k, v in
+            (("STP_POOL", "infra"), ("DB_PASSWORD", "secret"), ("CMK_NUM_CORES", "2"), ("PATH", "/bin"))]
+    assert policy_env(envs) == {"STP_POOL": "infra", "CMK_NUM_CORES": "2"}
+    config = api_pb2.ContainerConfig(envs=envs, command=["sh", "-c"], args=["cmk isolate --pool=infra app"])
+    ContainerEdits(env={"CMK_CPUS_ASSIGNED": "0-7", "STP_POOL": "x"}, command=["app"]).apply(config)
+    assert [(e.key, e.value) for e in config.envs] == [
+        ("DB_PASSWORD", "secret"), ("CMK_NUM_CORES", "2"), ("PATH", "/bin"), ("CMK_CPUS_ASSIGNED", "0-7"),
+        ("STP_POOL", "x")]
+    assert list(config.command) == ["app"] and list(config.args) == []
