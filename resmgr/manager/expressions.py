@@ -106,6 +106,11 @@ class ContainerView:
         return f"{self.namespace}/{self.pod_name}/{self.name}"
 
     @functools.cached_property
+    def key_cache(self) -> dict[str, str | None]:
+        """Resolved expression keys: a view is evaluated against many expressions (affinities, per decision)."""
+        return {}
+
+    @functools.cached_property
     def pod(self) -> PodView:
         return PodView(name=self.pod_name, namespace=self.namespace, uid=self.pod_uid, id=self.pod_id,
                        qos_class=self.qos_class, labels=self.pod_labels, annotations=self.pod_annotations)
@@ -166,13 +171,18 @@ def split_keys(key: str) -> tuple[tuple[str, ...], str]:
 
 def key_value(subject: Evaluable, key: str) -> str | None:
     """The value ``key`` (plain or joint) has in ``subject``; None if it does not exist."""
+    cache = getattr(subject, "key_cache", None)
+    if cache is not None and key in cache:
+        return cache[key]
     keys, vsep = split_keys(key)
     if len(keys) == 1:
-        return resolve_ref(subject, keys[0])
-    values = [resolve_ref(subject, k) for k in keys]
-    if all(v is None for v in values):
-        return None
-    return vsep.join(v or "" for v in values)
+        value = resolve_ref(subject, keys[0])
+    else:
+        values = [resolve_ref(subject, k) for k in keys]
+        value = None if all(v is None for v in values) else vsep.join(v or "" for v in values)
+    if cache is not None:
+        cache[key] = value
+    return value
 
 
 @functools.lru_cache(maxsize=1024)
@@ -243,7 +253,8 @@ class Expression:
         op, values = self.operator, self.values
         if op == "AlwaysTrue":
             return True
-        value = key_value(subject, self.key)
+        cache = getattr(subject, "key_cache", None)
+        value = cache[self.key] if cache is not None and self.key in cache else key_value(subject, self.key)
         if value is None:
             return op in _TRUE_WHEN_MISSING
         if op == "Exists":

@@ -181,24 +181,25 @@ class AffinityScorer:
     def __init__(self) -> None:
         self._views: dict[str, tuple[ContainerInfo, ContainerView]] = {}
 
-    def _view(self, cid: str, info: ContainerInfo) -> ContainerView:
-        cached = self._views.get(cid)
-        if cached is None or cached[0] is not info:
-            cached = (info, container_view(info))
-            self._views[cid] = cached
-        return cached[1]
-
     def container_weights(self, affinities: tuple[Affinity, ...], containers: Mapping[str, ContainerInfo],
                           placed: Mapping[str, Any], exclude: ContainerInfo) -> dict[str, int]:
         """Other placed container id -> summed weight of the affinities that select it."""
         weights: dict[str, int] = {}
+        cache = self._views
+        views = []
         for cid in placed:
             info = containers.get(cid)
-            if info is None or info is exclude:
-                continue  # self-affinity means nothing
-            view = self._view(cid, info)
-            for a in affinities:
-                if a.scope.matches(view) and a.match.matches(view):
+            if info is None or info is exclude:  # self-affinity means nothing
+                continue
+            cached = cache.get(cid)
+            if cached is None or cached[0] is not info:
+                cached = cache[cid] = (info, container_view(info))
+            views.append((cid, cached[1]))
+        for a in affinities:
+            scope = None if a.scope.operator == "AlwaysTrue" else a.scope.matches
+            match = None if a.match.operator == "AlwaysTrue" else a.match.matches
+            for cid, view in views:
+                if (scope is None or scope(view)) and (match is None or match(view)):
                     weights[cid] = weights.get(cid, 0) + a.weight
         if len(self._views) > 2 * len(containers) + 64:  # drop views of released or renamed containers
             self._views = {cid: v for cid, v in self._views.items() if containers.get(cid) is v[0]}
