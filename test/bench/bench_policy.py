@@ -94,6 +94,10 @@ CONFIGS["static-pools"] = "policy:\n  Active: static-pools\n  static-pools:\n   
     "      infra:\n        cpuLists: [{Cpuset: '0-7', Socket: 0}]\n" + \
     "      shared:\n        cpuLists: [" + \
     ", ".join(f"{{Cpuset: '{c}-{c + 7}', Socket: {c // 128}}}" for c in range(16, 256, 8)) + "]\n"
+# topology-aware with upstream's implicit pod co-location affinity: every decision evaluates it against all
+# 200 running containers (the cost of container affinity annotations with a node-wide scope).
+CONFIGS["topology-aware-affinity"] = ("policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: 2\n"
+                                      "  topology-aware:\n    ColocatePods: true\n")
 # (namespace, QoS, milli-CPU) of the running mix, repeated to RUNNING containers.
 MIX = [("default", "guaranteed", 1000), ("default", "guaranteed", 2500), ("default", "burstable", 500),
        ("default", "besteffort", 0), ("app-a", "burstable", 750), ("app-b", "guaranteed", 1000),
