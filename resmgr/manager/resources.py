@@ -84,6 +84,8 @@ class ContainerInfo:
     # CRI labels (kubelet's io.kubernetes.*) of the container and its pod: expression keys read them.
     labels: dict[str, str] = field(default_factory=dict)
     pod_labels: dict[str, str] = field(default_factory=dict)
+    # (host path, container path, read-only) of its mounts and devices: topology-aware's device hints.
+    host_paths: list[tuple[str, str, bool]] = field(default_factory=list)
     # Env and command line, only where a policy reads them (policy_env, policy_command).
     env: dict[str, str] = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
@@ -253,6 +255,13 @@ def policy_command(words: list[str]) -> list[str]:
     return list(words)
 
 
+def host_paths_of(config: Any) -> list[tuple[str, str, bool]]:
+    """A ContainerConfig's mounts and devices; a device is read-only without w or m permission."""
+    paths = [(m.host_path, m.container_path, bool(m.readonly)) for m in config.mounts]
+    paths += [(d.host_path, d.container_path, not set(d.permissions) & set("wm")) for d in config.devices]
+    return paths
+
+
 def container_from_create_request(request: Any, pod: PodInfo | None) -> ContainerInfo:
     """A ContainerInfo (without id) from a CreateContainerRequest, estimating its resources."""
     config = request.config
@@ -296,6 +305,7 @@ def container_from_create_request(request: Any, pod: PodInfo | None) -> Containe
         memory_request=memory_request,
         extended_resources=extended,
         labels=within_budget(labels),
+        host_paths=host_paths_of(config),
         pod_labels=within_budget(dict(sandbox.labels)) or dict(pod.labels),
         env=policy_env(config.envs),
         command=policy_command([*config.command, *config.args]),
