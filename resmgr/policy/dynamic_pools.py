@@ -174,6 +174,8 @@ class DynamicPoolsPolicy(Policy):
                 taken = take_cpus(self.topology, free, min(missing, len(free)), near=pool.cpus)
                 pool.cpus |= taken
                 free -= taken
+        log.info("dynamic-pools: pools resized: %s", ", ".join(
+            f"{name}={format_cpuset(p.cpus) or '-'}" for name, p in self.pools.items()))
 
     def rebalance(self, usage: dict[str, int]) -> None:
         """Take fresh usage (container id -> milli-CPU over the last interval) and resize the pools."""
