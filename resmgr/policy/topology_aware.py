@@ -38,6 +38,7 @@ from resmgr.policy.base import (
 )
 from resmgr.policy.cpu_allocator import AllocationError, take_cpus
 from resmgr.policy.memory_tiers import PoolMemory
+from resmgr.policy.topology_hints import container_hints, pool_hint_scores
 from resmgr.topology.cpuset import format_cpuset
 
 RESERVED = "reserved"
@@ -233,16 +234,20 @@ class TopologyAwarePolicy(Policy):
         full, frac, isolate = self._preferences(c)
         grant = None
         affinity = self._affinity_scores(c)
+        hints = pool_hint_scores(container_hints(c, self.sysfs_root), self.pools, self.topology) \
+            if c.host_paths else {}  # device topology hints: (score, non-zero score) per pool
         # Pools with the annotated memory types first, then the deepest; among equals the one with
         # the most free shared capacity.
         lacks_memory = self.memory.lacking(c, self.pools)
 
         def rank(p: Pool) -> tuple:
             lacks_isolated = bool(full and isolate and len(self._free_isolated(p)) < full)
-            return (-affinity.get(p.name, 0.0),
-                    p.name in lacks_memory, -p.depth, lacks_isolated, -self._free_shared(p), p.name)
+            hinted = hints.get(p.name, (0.0, 0.0))
+            return (-affinity.get(p.name, 0.0), p.name in lacks_memory, -hinted[0], -hinted[1],
+                    -p.depth, lacks_isolated, -self._free_shared(p), p.name)
 
-        # Affinity ranks first (see rank); kube-system opted out of the reserved CPUs: the root pool, as upstream.
+        # Affinity, memory types, then hints rank first (see rank); kube-system opted out of the reserved
+        # CPUs: the root pool, as upstream.
         ordered = [self.pools["root"]] if c.is_kube_system else sorted(self._by_depth, key=rank)
         for pool in ordered:
             grant = self._try_pool(pool, full, frac, isolate)
