@@ -32,7 +32,7 @@ from typing import Any
 
 from resmgr.config import MAX_CONFIG_BYTES, ConfigError, _load_yaml  # the configs' strict, bounded YAML loader
 from resmgr.config.schema import STATIC_POOLS
-from resmgr.manager.resources import ContainerInfo, annotated_requirements
+from resmgr.manager.resources import ContainerInfo
 from resmgr.policy.base import ContainerEdits, Grant, Placement, Policy, RestoreError, log
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
 
@@ -222,16 +222,8 @@ def cmk_args_from_command(command: list[str]) -> StpRequest | None:
 
 
 def exclusive_cores(container: ContainerInfo) -> int:
-    """The container's ``cmk.intel.com/exclusive-cores`` request, from the resource webhook's annotation."""
-    annotated = annotated_requirements(container.pod_annotations) or {}
-    req = annotated.get(container.name) or {}
-    value = (req.get("requests") or {}).get(EXCLUSIVE_CORES, (req.get("limits") or {}).get(EXCLUSIVE_CORES, 0))
-    try:
-        return max(0, int(str(value)))
-    except ValueError:
-        log.warning("static-pools: %s/%s: %s=%r is not a whole number; ignored", container.pod_name,
-                    container.name, EXCLUSIVE_CORES, value)
-        return 0
+    """The container's ``cmk.intel.com/exclusive-cores`` request (from the resource webhook's annotation)."""
+    return max(0, int(container.extended_resources.get(EXCLUSIVE_CORES, 0)))
 
 
 def stp_request(container: ContainerInfo) -> StpRequest:

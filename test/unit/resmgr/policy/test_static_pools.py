@@ -47,6 +47,7 @@ def stp(cid: str, *, env: dict[str, str] | None = None, cores: int = 0, command:
             {"containers": {cid: {"requests": {"cmk.intel.com/exclusive-cores": str(cores)},
                                   "limits": {"cmk.intel.com/exclusive-cores": str(cores)}}}})
     c = ctr(cid, annotations=annotations)
+    c.extended_resources = {"cmk.intel.com/exclusive-cores": cores} if cores else {}  # as read from annotations
     c.env = env or {}
     c.command = command or []
     return c
