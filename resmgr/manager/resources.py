@@ -363,6 +363,18 @@ def go_parse_bool(value: str) -> bool | None:
     return True if value in _GO_TRUE else False if value in _GO_FALSE else None
 
 
+def annotated_bool(container: ContainerInfo, key: str) -> bool | None:
+    """The effective annotation ``key`` (``preference_annotation``) as Go's ParseBool reads it; None when
+    it is not set or not a boolean (logged: upstream ignores such values too)."""
+    value = preference_annotation(container, key)
+    if value is None:
+        return None
+    parsed = go_parse_bool(value)
+    if parsed is None:
+        log.error("invalid boolean in annotation %s: %r; ignored", key, value)
+    return parsed
+
+
 def preference_flag(container: ContainerInfo, key: str) -> bool | None:
     """A boolean preference as upstream reads it; None when the container is not explicitly annotated.
 
@@ -370,12 +382,8 @@ def preference_flag(container: ContainerInfo, key: str) -> bool | None:
     upstream's deprecated pod annotation ``cri-resource-manager.intel.com/<name>`` counts too: "true",
     "false", or a YAML map of container name -> boolean. Unparsable values are logged and ignored.
     """
-    value = preference_annotation(container, key)
-    if value is not None:
-        parsed = go_parse_bool(value)
-        if parsed is None:
-            log.error("invalid boolean in annotation %s: %r; ignored", key, value)
-        return parsed
+    if preference_annotation(container, key) is not None:
+        return annotated_bool(container, key)
     short = key.removesuffix("." + RESMGR_KEY_NAMESPACE)
     deprecated = f"{RESMGR_KEY_NAMESPACE}/{short}"
     value = container.pod_annotations.get(deprecated)
