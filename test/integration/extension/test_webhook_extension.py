@@ -73,6 +73,11 @@ def test_rendered_webhook_is_wired_and_accepted(tools, seed_api):
     assert f"--port={cport['containerPort']}" in container["command"]
     assert container["command"][0] == "cri-resmgr-webhook" and container["image"] == "reg/agent:v1"
     assert pod["spec"]["volumes"][0]["secret"]["secretName"] == tls["metadata"]["name"]
+    # The non-root server can read its key (found on the landscape: without fsGroup, "Permission denied").
+    # fsGroup makes the files the pod's group, which the process always has.
+    mode = pod["spec"]["volumes"][0]["secret"]["defaultMode"]
+    assert container["securityContext"]["runAsUser"] != 0
+    assert mode & 0o004 or (mode & 0o040 and pod["spec"].get("securityContext", {}).get("fsGroup")), mode
     assert objs[("PodDisruptionBudget", "cri-resmgr-webhook")]["spec"]["selector"]["matchLabels"].items() \
         <= pod["metadata"]["labels"].items() and deploy["spec"]["replicas"] == 2
     # The certificate the pods serve is for the name the API server dials and chains to the caBundle.
