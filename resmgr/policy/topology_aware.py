@@ -22,8 +22,7 @@ from resmgr.manager.resources import (
     QOS_BESTEFFORT,
     QOS_GUARANTEED,
     ContainerInfo,
-    go_parse_bool,
-    preference_annotation,
+    annotated_bool,
     preference_flag,
 )
 from resmgr.policy.affinity import AffinityScorer, container_affinities, pool_scores
@@ -223,7 +222,7 @@ class TopologyAwarePolicy(Policy):
         return Grant(pool=pool.name, kind="shared", shared_milli=frac)
 
     def decide(self, c: ContainerInfo) -> Grant:
-        reserved_note = prefers_reserved(c)
+        reserved_note = annotated_bool(c, PREFER_RESERVED_KEY)  # None: not annotated
         if reserved_note or (reserved_note is None and is_reserved_namespace(c, self.opts["ReservedPoolNamespaces"])):
             if self.reserved:
                 return Grant(pool=RESERVED, kind="reserved", shared_milli=c.request_milli)
@@ -370,15 +369,3 @@ class TopologyAwarePolicy(Policy):
 
     def describe_pools(self) -> dict[str, str]:
         return {name: format_cpuset(self._shared[name]) for name in self.pools}
-
-
-def prefers_reserved(c: ContainerInfo) -> bool | None:
-    """The prefer-reserved-cpus annotation (pod or container form, Go's booleans); None when not
-    annotated or unparsable (as upstream, which logs and ignores it)."""
-    value = preference_annotation(c, PREFER_RESERVED_KEY)
-    if value is None:
-        return None
-    parsed = go_parse_bool(value)
-    if parsed is None:
-        log.error("invalid boolean in annotation %s: %r; ignored", PREFER_RESERVED_KEY, value)
-    return parsed

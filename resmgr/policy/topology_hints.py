@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from resmgr.manager.resources import ContainerInfo, go_parse_bool, preference_annotation
+from resmgr.manager.resources import ContainerInfo, annotated_bool
 from resmgr.topology.cpuset import CpusetError, parse_cpuset
 from resmgr.topology.model import Topology
 
@@ -52,14 +52,7 @@ class Hint:
 
 
 def hints_enabled(c: ContainerInfo) -> bool:
-    value = preference_annotation(c, TOPOLOGY_HINTS_KEY)
-    if value is None:
-        return True
-    parsed = go_parse_bool(value)
-    if parsed is None:
-        log.error("invalid boolean in annotation %s: %r; ignored", TOPOLOGY_HINTS_KEY, value)
-        return True
-    return parsed
+    return annotated_bool(c, TOPOLOGY_HINTS_KEY) is not False
 
 
 def _ids(text: str) -> frozenset[int]:
