@@ -52,6 +52,7 @@ def test_operator_works_with_the_charts_rbac(seed_api, tools, tmp_path):
     try:
         ns = seed_api.create_shoot_namespace(f"shoot--rbac--{tmp_path.name[-6:].lower().replace('_', '-')}")
         seed_api.create_cluster(ns, shoot=default_shoot(ns))
+        seed.give_shoot_access(ns)  # the test API server is the shoot too: the nodes' records are read there
         seed.create_extension(ns, {"configs": {"default": "policy:\n  Active: topology-aware\n"}})
 
         def state():
