@@ -30,7 +30,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from resmgr.manager.resources import POD_UID_LABEL
 
@@ -60,8 +60,18 @@ class Evaluable(Protocol):
         """The value of ``key``: a string, a mapping (labels), a nested subject (pod), None if unknown."""
 
 
+class _KeyTable:
+    """``eval_key`` by a table of expression key -> attribute."""
+
+    _KEYS: ClassVar[dict[str, str]] = {}
+
+    def eval_key(self, key: str) -> Any:
+        attr = self._KEYS.get(key)
+        return None if attr is None else getattr(self, attr)
+
+
 @dataclass(frozen=True)
-class PodView:
+class PodView(_KeyTable):
     """The pod part of a ``ContainerView`` (``pod/...`` keys)."""
 
     name: str = ""
@@ -72,16 +82,12 @@ class PodView:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
 
-    _KEYS = {"name": "name", "namespace": "namespace", "qosclass": "qos_class", "id": "id", "uid": "uid",
-             "labels": "labels", "annotations": "annotations"}
-
-    def eval_key(self, key: str) -> str | Mapping[str, str] | None:
-        attr = self._KEYS.get(key)
-        return None if attr is None else getattr(self, attr)
+    _KEYS: ClassVar[dict[str, str]] = {"name": "name", "namespace": "namespace", "qosclass": "qos_class", "id": "id",
+                                       "uid": "uid", "labels": "labels", "annotations": "annotations"}
 
 
 @dataclass(frozen=True)
-class ContainerView:
+class ContainerView(_KeyTable):
     """What expressions can look at in a container (adjustment scopes, affinities)."""
 
     id: str
@@ -97,8 +103,8 @@ class ContainerView:
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
     tags: Mapping[str, str] = field(default_factory=dict)
 
-    _KEYS = {"pod": "pod", "name": "name", "namespace": "namespace", "qosclass": "qos_class", "id": "id",
-             "labels": "labels", "tags": "tags", "annotations": "annotations"}
+    _KEYS: ClassVar[dict[str, str]] = {"pod": "pod", "name": "name", "namespace": "namespace", "qosclass": "qos_class",
+                                       "id": "id", "labels": "labels", "tags": "tags", "annotations": "annotations"}
 
     @property
     def pretty(self) -> str:
@@ -114,10 +120,6 @@ class ContainerView:
     def pod(self) -> PodView:
         return PodView(name=self.pod_name, namespace=self.namespace, uid=self.pod_uid, id=self.pod_id,
                        qos_class=self.qos_class, labels=self.pod_labels, annotations=self.pod_annotations)
-
-    def eval_key(self, key: str) -> str | Mapping[str, str] | Evaluable | None:
-        attr = self._KEYS.get(key)
-        return None if attr is None else getattr(self, attr)
 
 
 @functools.lru_cache(maxsize=1024)
