@@ -23,6 +23,7 @@ are not done here.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -100,6 +101,12 @@ def parse_go_duration(value: Any) -> float:
     return sign * total
 
 
+@functools.lru_cache(maxsize=512)
+def _load_yaml(text: str) -> Any:
+    """Annotation values repeat across a pod's containers and decisions: parse each text once (read-only)."""
+    return yaml.safe_load(text)
+
+
 def _deprecated_entry(container: ContainerInfo, key: str, current: str) -> tuple[bool, Any]:
     """(found, value) of upstream's deprecated per-pod annotation: a YAML map of container name -> value."""
     text = container.pod_annotations.get(key)
@@ -108,7 +115,7 @@ def _deprecated_entry(container: ContainerInfo, key: str, current: str) -> tuple
     log.warning("using deprecated annotation %s; use %s/container.%s or %s/pod instead", key, current,
                 container.name, current)
     try:
-        data = yaml.safe_load(text)
+        data = _load_yaml(text)
     except yaml.YAMLError:
         data = None
     return True, data if isinstance(data, dict) else text
@@ -138,7 +145,7 @@ def cold_start_preference(container: ContainerInfo) -> float:
     data: Any
     if value is not None:
         try:
-            data = yaml.safe_load(value)
+            data = _load_yaml(value)
         except yaml.YAMLError as exc:
             log.error("invalid cold start annotation %r: %s; ignored", value, exc)
             return 0.0
@@ -238,6 +245,7 @@ class PoolMemory:
                                   for n, t in topology.memory_types.items())
         self.tiered = any(t in _OF_TOPOLOGY for t in topology.memory_types.values())
         self._requests: dict[str, tuple[ContainerInfo, MemoryRequest]] = {}
+        self._last: tuple[ContainerInfo | None, MemoryRequest] = (None, DEFAULT_REQUEST)  # decide -> allocate
         self.cold: dict[str, float] = {}  # container id -> when its cold start ends (time.time())
         self.warm: set[str] = set()  # containers whose cold start is over (a re-placement must not restart it)
 
@@ -260,7 +268,9 @@ class PoolMemory:
         hit = self._requests.get(cid)
         if hit is not None and hit[0] is container:
             return hit[1]
-        req = memory_request(container, self.cold_start_off)
+        last, req = self._last
+        if last is not container:
+            req = memory_request(container, self.cold_start_off)
         self._requests[cid] = (container, req)
         if req.cold_start and cid not in self.cold and cid not in self.warm:
             self.cold[cid] = self.clock() + req.cold_start
@@ -272,6 +282,7 @@ class PoolMemory:
         if not self.tiered:
             return frozenset()
         req = memory_request(container, self.cold_start_off)
+        self._last = (container, req)
         if not req.annotated:
             return frozenset()
         return frozenset(p for p in pools if self.kinds(p) & req.kind != req.kind)
