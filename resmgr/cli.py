@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
                   image_socket=args.image_socket, hook=hook, metrics=metrics,
                   dumper=Dumper(settings.dump, directory=args.relay_dir), pid_file=args.pid_file or None,
                   max_workers=args.workers,
-                  runtime_wait_timeout=args.runtime_wait_timeout, transport=args.transport)
+                  runtime_wait_timeout=args.runtime_wait_timeout, transport=args.transport,
+                  drift_check_period=args.resync_period)
     runner = _Runner(args, relay, settings, metrics)
     signal.signal(signal.SIGTERM, runner.on_terminate)
     signal.signal(signal.SIGINT, runner.on_terminate)

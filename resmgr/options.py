@@ -174,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
                               "can be restricted by a NetworkPolicy (default: none)")
     runtime.add_argument("--runtime-wait-timeout", type=_seconds, default=None, metavar="SECONDS",
                          help="give up if the runtime does not answer in time (default: wait forever)")
+    runtime.add_argument("--resync-period", type=_seconds, default=30.0, metavar="SECONDS",
+                         help="how often the runtime's containers are compared with the resource manager's; a "
+                              "difference seen twice in a row (kubelet bypassed the relay) triggers a resync "
+                              "(default: 30; 0 turns the check off)")
     runtime.add_argument("--shutdown-grace", type=_seconds, default=5.0, metavar="SECONDS",
                          help="on SIGTERM, how long in-flight calls may take to finish (default: 5)")
     runtime.add_argument("--transport", choices=TRANSPORTS, default="auto",

@@ -370,6 +370,23 @@ class ResourceManager:
     def resync_wanted(self) -> bool:
         return self._resync_wanted
 
+    def runtime_drift(self, containers: list[Any]) -> frozenset[str]:
+        """Container ids where the runtime's listing and what is known disagree: running containers never seen,
+        and known ones the runtime no longer lists (in-flight creates and removes show here briefly too).
+        A created, not yet started container does not count: its StartContainer may still come through."""
+        with self._lock:
+            listed = {c.id: c.state for c in containers}
+            unknown = {cid for cid, state in listed.items() if state == CONTAINER_RUNNING and cid not in self.containers}
+            gone = {cid for cid in self.containers if cid not in listed and not cid.startswith(PENDING_PREFIX)}
+        return frozenset(unknown | gone)
+
+    def request_resync(self, reason: str) -> None:
+        """Resync with the runtime at the next chance (the relay then lists it and calls ``sync_with_runtime``)."""
+        with self._lock:
+            if not self._resync_wanted:
+                log.info("resyncing with the runtime: %s", reason)
+                self._resync_wanted = True
+
     def begin_resync(self) -> tuple[frozenset[str], frozenset[str]]:
         """Before listing the runtime: what is known now (a resync forgets only that; later creates stay)."""
         with self._lock:

@@ -39,10 +39,13 @@ class Interceptor:
     """
 
     def __init__(self, hook: ResourceManagerHook, metrics: RelayMetrics, send_update: UpdateSender,
-                 list_runtime: RuntimeLister | None = None) -> None:
+                 list_runtime: RuntimeLister | None = None,
+                 container_resources: Callable[[list[str]], dict[str, Any]] | None = None) -> None:
         self.hook = hook
         self.list_runtime = list_runtime
+        self.container_resources = container_resources
         self._resyncing = threading.Lock()
+        self._last_drift: frozenset[str] = frozenset()
         self.metrics = metrics
         self.send_update = send_update
         self.order = UpdateOrder()
@@ -102,6 +105,24 @@ class Interceptor:
         self._resync_if_wanted()
         return raw_response
 
+    def check_drift(self) -> None:
+        """Compare the runtime's containers with the hook's; resync when they disagree twice in a row.
+
+        Kubelet may have run against the runtime directly (the installer's fallback, a guard at boot)
+        without a single call about an unknown container coming through afterwards (say, only removals).
+        A create or remove in flight disagrees for one look at most, so only a lasting difference counts.
+        """
+        drift_of = getattr(self.hook, "runtime_drift", None)
+        if self.list_runtime is None or not callable(drift_of):
+            return
+        _, containers = self.list_runtime()
+        drift = drift_of(containers)
+        lasting, self._last_drift = drift & self._last_drift, drift
+        if lasting:
+            self.hook.request_resync(  # type: ignore[attr-defined]
+                f"{len(lasting)} container(s) differ from the runtime's list, e.g. {sorted(lasting)[0][:13]}")
+            self._resync_if_wanted()
+
     def _resync_if_wanted(self) -> None:
         """The hook saw calls about things it never knew (kubelet bypassed the relay): sync with the runtime."""
         wanted = getattr(self.hook, "resync_wanted", None)
@@ -112,7 +133,14 @@ class Interceptor:
         try:
             since = self.hook.begin_resync()  # type: ignore[attr-defined]
             pods, containers = self.list_runtime()
-            updates = self.hook.sync_with_runtime(pods, containers, since=since)  # type: ignore[attr-defined]
+            # A container made without the relay and not started yet is left for a later look: containerd
+            # keeps an update sent before the start in its spec only, never in the cgroup (seen in tests).
+            containers = [c for c in containers if c.state != api_pb2.CONTAINER_CREATED or c.id in since[1]]
+            # What kubelet asked for the containers made without the relay: a Guaranteed one gets its CPUs.
+            new_ids = [c.id for c in containers if c.state != api_pb2.CONTAINER_EXITED and c.id not in since[1]]
+            resources = self.container_resources(new_ids) if self.container_resources and new_ids else None
+            updates = self.hook.sync_with_runtime(pods, containers, resources,  # type: ignore[attr-defined]
+                                                  since=since)
             self.apply_updates(updates, "resync")
         except Exception:
             log.exception("resync with the runtime failed; the next unknown container tries again")

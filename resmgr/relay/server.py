@@ -21,6 +21,7 @@ from resmgr.relay.metrics import RelayMetrics
 from resmgr.relay.splice import SpliceServer
 from resmgr.relay.startup import (
     RuntimeSnapshot,
+    container_resources,
     remove_pid_file,
     sync_from_runtime,
     wait_for_runtime,
@@ -47,7 +48,8 @@ class Relay:
     def __init__(self, *, relay_socket: str, runtime_socket: str, image_socket: str | None = None,
                  hook: ResourceManagerHook | None = None, metrics: RelayMetrics | None = None,
                  dumper: Dumper | None = None, pid_file: str | None = None, max_workers: int = 32,
-                 runtime_wait_timeout: float | None = None, transport: str = "auto") -> None:
+                 runtime_wait_timeout: float | None = None, transport: str = "auto",
+                 drift_check_period: float = 30.0) -> None:
         self.relay_socket = endpoint_path(relay_socket)
         self.runtime_socket = runtime_socket
         self.image_socket = image_socket or runtime_socket
@@ -57,6 +59,7 @@ class Relay:
         self.pid_file = pid_file
         self.max_workers = max_workers
         self.runtime_wait_timeout = runtime_wait_timeout
+        self.drift_check_period = drift_check_period
         if transport not in TRANSPORTS:
             raise ValueError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
         if transport == "auto":
@@ -71,7 +74,8 @@ class Relay:
         self.runtime = UnaryClient(endpoint_path(runtime_socket))
         self.image = self.runtime if self.image_socket == runtime_socket else UnaryClient(
             endpoint_path(self.image_socket))
-        self.interceptor = Interceptor(self.hook, self.metrics, self._send_update, list_runtime=self._list_runtime)
+        self.interceptor = Interceptor(self.hook, self.metrics, self._send_update, list_runtime=self._list_runtime,
+                                       container_resources=lambda ids: container_resources(self.runtime, ids))
         self.snapshot: RuntimeSnapshot | None = None
         self.stopping = threading.Event()
         self._transport: SpliceServer | GrpcTransport | None = None
@@ -105,6 +109,8 @@ class Relay:
         self._transport = transport
         if self.pid_file:
             write_pid_file(self.pid_file)
+        if self.drift_check_period > 0:
+            threading.Thread(target=self._check_drift_periodically, name="drift-check", daemon=True).start()
         log.info("relay serving", extra={"socket": self.relay_socket, "runtime": self.runtime_socket,
                                          "image": self.image_socket, "hook": type(self.hook).__name__,
                                          "transport": self.transport})
@@ -154,6 +160,15 @@ class Relay:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.stopping.wait(timeout)
+
+    def _check_drift_periodically(self) -> None:
+        """Catch what kubelet did on the runtime directly while it bypassed the relay (Interceptor.check_drift)."""
+        while not self.stopping.wait(self.drift_check_period):
+            try:
+                self.interceptor.check_drift()
+            except Exception as exc:  # the runtime restarting, say: the next period tries again
+                log.warning("comparing with the runtime's containers failed: %s", exc)
+                self.metrics.policy_error("resync", "drift-check")
 
     def _list_runtime(self) -> tuple[list, list]:
         """The runtime's pods and containers now (for a resync after kubelet bypassed the relay)."""

@@ -99,6 +99,22 @@ def sync_from_runtime(client: UnaryClient, *, attempts: int = 3, timeout: float 
     raise StartupError(f"cannot list pods and containers from the runtime: {last_error}")
 
 
+def container_resources(client: UnaryClient, container_ids: list[str], timeout: float = 10.0) -> dict[str, Any]:
+    """Container id -> the ContainerResources the runtime reports (ContainerStatus), for those it reports:
+    how kubelet sized a container the resource manager never saw (created while kubelet bypassed the relay)."""
+    found: dict[str, Any] = {}
+    for cid in container_ids:
+        try:
+            status = client.call_method(RUNTIME, "ContainerStatus", api_pb2.ContainerStatusRequest(container_id=cid),
+                                        timeout).status
+        except RpcError as err:  # gone meanwhile, say: it is then adopted without sizes, or dropped
+            log.info("no status for container %s: %s", cid[:13], err)
+            continue
+        if status.HasField("resources"):
+            found[cid] = status.resources
+    return found
+
+
 def write_pid_file(path: str) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp.{os.getpid()}"

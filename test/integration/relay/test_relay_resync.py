@@ -4,7 +4,8 @@ While the installer falls back to containerd, kubelet creates and removes contai
 the relay. When calls come through the relay again, the first one about a container the
 resource manager never saw makes it resync with the runtime: containers created during the
 bypass are placed (their cgroups follow the policy), containers removed during it release
-their CPUs.
+their CPUs. Without such a call, the relay's periodic comparison with the runtime's containers
+(``--resync-period``) finds the difference and resyncs.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ POLICY = "policy:\n  Active: static\n  ReservedResources:\n    cpu: 1\n"
 def test_calls_after_a_bypass_resync_the_resource_manager(containerd, inproc_relay, tmp_path):
     rm = ResourceManager(discover_topology("/"), relay_dir=tmp_path / "state", cache_fsync=False,
                          fallback_config=validate_config_text(POLICY))
-    ep = inproc_relay(rm).endpoint
+    ep = inproc_relay(rm, drift_check_period=0).endpoint  # only the call may trigger it here
     # Through the relay: a Guaranteed container gets exclusive CPUs.
     pod_a, guaranteed = start_pod(containerd, ep, tmp_path, "before", "guaranteed")
     exclusive = rm.policy.grants[guaranteed].exclusive
@@ -43,4 +44,25 @@ def test_calls_after_a_bypass_resync_the_resource_manager(containerd, inproc_rel
     _, after = start_pod(containerd, ep, tmp_path, "after", "guaranteed")
     assert rm.policy.grants[after].exclusive == exclusive
     assert eventually(lambda: not parse_cpuset(containerd.cgroup_cpuset(bypassed)) & exclusive, timeout=60), \
+        containerd.cgroup_cpuset(bypassed)
+
+
+def test_a_bypass_without_later_calls_is_found_by_the_periodic_check(containerd, inproc_relay, tmp_path):
+    """Kubelet removed a pod and started another on containerd directly, then came back through the relay
+    without a single call about either: the periodic comparison resyncs all the same."""
+    rm = ResourceManager(discover_topology("/"), relay_dir=tmp_path / "state", cache_fsync=False,
+                         fallback_config=validate_config_text(POLICY))
+    ep = inproc_relay(rm, drift_check_period=0.5).endpoint
+    pod_a, guaranteed = start_pod(containerd, ep, tmp_path, "before", "guaranteed")
+    exclusive = rm.policy.grants[guaranteed].exclusive
+    assert exclusive
+    containerd.crictl("stopp", pod_a)
+    containerd.crictl("rmp", pod_a)
+    _, bypassed = start_pod(containerd, containerd.endpoint, tmp_path, "during", "guaranteed")
+    assert eventually(lambda: bypassed in rm.policy.containers and guaranteed not in rm.policy.grants, timeout=60), \
+        (sorted(rm.policy.containers), sorted(rm.policy.grants))
+    assert guaranteed not in rm.containers
+    # The container started during the bypass got the freed exclusive CPUs, in its cgroup too.
+    assert rm.policy.grants[bypassed].exclusive == exclusive
+    assert eventually(lambda: parse_cpuset(containerd.cgroup_cpuset(bypassed)) == exclusive, timeout=60), \
         containerd.cgroup_cpuset(bypassed)
