@@ -7,7 +7,10 @@ import logging
 from pathlib import Path
 
 import pytest
+from fixtures.hypothesis_profiles import examples
 from fixtures.sysfs_builder import Shape, build_sysfs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
 from unit.resmgr.rm_driver import Driver
 
@@ -334,3 +337,52 @@ def test_through_the_resource_manager(n4c16: Topology, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="insufficient CPUs"):
         d.rm.set_config(validate_config_text(text.replace("Instances: 50 %", "Instances: 6")))
     assert len(sizes(d.rm.policy, "singlecpu")) == 5
+
+
+POD_STEP = st.tuples(st.booleans(), st.integers(0, 5), st.sampled_from([None, "pp", "one", "closed", "nope"]),
+                     st.sampled_from(["default", "kube-system"]), st.sampled_from([0, 250, 1000]))
+SMALL = """\
+policy:
+  Active: podpools
+  ReservedResources:
+    cpu: 1
+  podpools:
+    Pools:
+      - {Name: pp, CPU: 2, MaxPods: 2, Instances: 3}
+      - {Name: one, CPU: 1, MaxPods: 1, Instances: 2 CPUs, FillOrder: FirstFree}
+      - {Name: closed, CPU: 1, MaxPods: -1}
+      - {Name: reserved, MaxPods: 1}
+"""
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(POD_STEP, min_size=1, max_size=30))
+def test_pods_stay_whole_and_pools_keep_their_limits(n4c16: Topology, steps) -> None:
+    """Whatever comes and goes: a pod's containers share one instance, no instance holds more pods than
+    MaxPods (the default pool takes the rest), the bookkeeping matches the grants, and removing
+    everything leaves every pool empty."""
+    p = policy_from_yaml(SMALL, n4c16)
+    pods: dict[int, tuple[dict[str, str], str]] = {}
+    n = 0
+    for add, pod, kind, ns, milli in steps:
+        live = sorted(p.containers)
+        if add or not live:
+            ann, ns = pods.setdefault(pod, (pool(kind) if kind else {}, ns))  # a pod keeps its annotation
+            n += 1
+            p.allocate(f"c{n}", burstable(f"c{n}", milli, pod=f"pod{pod}", ns=ns, annotations=ann))
+        else:
+            p.release(live[pod % len(live)])
+        by_pod: dict[str, set[str]] = {}
+        for cid, g in p.grants.items():
+            by_pod.setdefault(p.containers[cid].pod_id, set()).add(g.pool)
+        assert all(len(names) == 1 for names in by_pod.values()), by_pod
+        for x in p.pools.values():
+            if x is not p.default_pool:
+                assert len(x.pods) <= max(x.type.max_pods, 0) or x.type.max_pods == 0, x.name
+            members = {cid for cid, g in p.grants.items() if g.pool == x.name}
+            assert set(x.members) == members
+            assert x.requested == sum(p.containers[cid].request_milli for cid in members)
+            assert sum(x.pods.values()) == len(members)
+    for cid in sorted(p.containers):
+        p.release(cid)
+    assert all(not x.members and not x.pods and x.requested == 0 for x in p.pools.values())
