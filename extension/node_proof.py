@@ -184,13 +184,15 @@ class ShootReader:
         self._clients: dict[str, tuple[str, client.ApiClient]] = {}
 
     def api_client(self, namespace: str) -> client.ApiClient:
-        ensure_shoot_access(self.apis, namespace)
         kubeconfig_name = self._generic_kubeconfig_name(namespace)
         generic = _secret_data(self.apis, namespace, kubeconfig_name)
         if generic is None or "kubeconfig" not in generic:
             raise WaitingError(f"waiting for the generic token kubeconfig secret {namespace}/{kubeconfig_name} "
                                "(written by gardenlet) to read the shoot's nodes", 5.0)
-        access = _secret_data(self.apis, namespace, SHOOT_ACCESS_SECRET) or {}
+        access = _secret_data(self.apis, namespace, SHOOT_ACCESS_SECRET)
+        if access is None:  # deleted behind our back, or deployed by an older version: ask for it again
+            ensure_shoot_access(self.apis, namespace)
+            access = {}
         token = access.get("token", b"").decode()
         if not token:
             raise WaitingError(f"waiting for gardener-resource-manager's token-requestor to fill in "
