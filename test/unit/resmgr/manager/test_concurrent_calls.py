@@ -56,6 +56,9 @@ SCENARIOS = {
     "topology-aware-2s": ("2s-2n-16c-2t", "policy:\n  Active: topology-aware\n  ReservedResources:\n"
                                           "    cpu: cpuset:0,64\n"),
     "balloons-seed": ("2s-2n-16c-2t", SEED_BALLOONS),
+    "dynamic-pools-2s": ("2s-2n-16c-2t", "policy:\n  Active: dynamic-pools\n  ReservedResources:\n    cpu: 2\n"
+                                         "  dynamic-pools:\n    DynamicPoolTypes:\n      - Name: app\n"
+                                         "        Namespaces: [default]\n"),
 }
 
 QOS = st.sampled_from(["besteffort", "burstable", "guaranteed"])
