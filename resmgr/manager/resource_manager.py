@@ -514,15 +514,17 @@ class ResourceManager:
         self.containers[cid] = undo.container
         if undo.mutation == self._mutations:
             # Nothing was decided since: restoring the exported state (not release + allocate) gives
-            # back exactly the CPUs every container had, so the runtime, which kept them, and the
-            # cache agree with the policy again.
+            # back exactly the CPUs every container had, so the runtime, which kept them, agrees with
+            # the policy again.
             live = dict(self.policy.containers)
             live[cid] = undo.container
             self.policy.restore_state(undo.state, live)
         else:
             # Other decisions came in between and must survive: place it again with its own resources.
             self._place(cid, undo.container, always=True)
-            self.save()
+        # The reservation was saved: the cache must not keep the refused size (found by the concurrent-calls
+        # state machine: a restart restored a balloon member with the size kubelet's failed resize asked for).
+        self.save()
         self._mutations += 1
         after = self.policy.placements()
         updates = diff_placements(before, after, reason=f"resize of {cid} refused")

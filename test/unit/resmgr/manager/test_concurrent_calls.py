@@ -278,3 +278,23 @@ def test_two_concurrent_creates_never_share_exclusive_cpus(topologies: dict[str,
     assert owned == {"ctr-b": cpus_b}
     c = d.rm.before("CreateContainer", create_request(pod, d.runtime.pods[pod], "c", cpu_milli=4000))
     assert not parse_cpuset(c.request.config.linux.resources.cpuset_cpus) & cpus_b
+
+
+def test_a_refused_resize_is_not_left_in_the_cache(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    """Found by the machine above with a random seed: reserve a resize, let another call save the cache (a new
+    pod), then the runtime refuses the resize. A restart must not restore the size kubelet asked for."""
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, SEED_BALLOONS)
+    pod = d.run_pod("p", qos="burstable")
+    cid = d.create(pod, "c", milli=2000)
+    assert cid is not None and d.rm.policy.grants[cid].shared_milli == 2000
+    linux = api_pb2.LinuxContainerResources(cpuset_cpus="0", cpu_shares=1536)
+    resize = d.rm.before("UpdateContainerResources", api_pb2.UpdateContainerResourcesRequest(container_id=cid,
+                                                                                             linux=linux))
+    assert d.rm.policy.grants[cid].shared_milli == 1500  # reserved
+    d.run_pod("q")  # saves the cache, reservation included
+    d.runtime.apply(d.rm.failed("UpdateContainerResources", resize.request, resize.call))
+    live = d.rm.policy.grants[cid]
+    assert live.shared_milli == 2000
+    restored = d.new_rm()
+    assert restored.policy.grants[cid] == live
+    assert restored.placements()[cid] == d.rm.placements()[cid]
