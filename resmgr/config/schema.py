@@ -499,7 +499,7 @@ DYNAMIC_POOLS = Struct({
     "DynamicPoolTypes": ListOf(Struct({
         "Name": Str(non_empty=True),
         "Namespaces": StrList(item_check=_check_glob),
-        "CPUClass": Ignored(Str(), NO_CPU_CLASSES),
+        "CPUClass": Str(),
         "AllocatorPriority": AllocatorPriority(),
     })),
 })
