@@ -48,6 +48,7 @@ class PoolType:
     name: str
     namespaces: list[str] = field(default_factory=list)
     priority: int = 3  # upstream's default for the built-in pools (AllocatorPriority "none")
+    cpu_class: str = ""  # CPU class of the pool's CPUs (resmgr.control.cpu_classes)
 
 
 @dataclass
@@ -145,7 +146,8 @@ class DynamicPoolsPolicy(Policy):
             if name in self.types and name not in (RESERVED, SHARED):
                 raise ConfigError(f"policy.dynamic-pools.DynamicPoolTypes[{index}].Name",
                                   f"duplicate dynamic pool type {name!r}")
-            self.types[name] = PoolType(name, list(t.get("Namespaces", [])), t.get("AllocatorPriority", 3))
+            self.types[name] = PoolType(name, list(t.get("Namespaces", [])), t.get("AllocatorPriority", 3),
+                                        t.get("CPUClass", ""))
         self.pools = {name: DynamicPool(name) for name in self.types if name != RESERVED}
         self.usage: dict[str, int] = {}  # container id -> measured milli-CPU
         self._placement_memo = PlacementMemo(self.topology, self.pin_cpu, self.pin_memory)
@@ -246,6 +248,15 @@ class DynamicPoolsPolicy(Policy):
 
     def exclusive_sets(self) -> dict[str, frozenset[int]]:
         return {name: p.cpus for name, p in self.pools.items() if p.cpus}
+
+    def cpu_classes(self) -> dict[str, frozenset[int]]:
+        """Upstream's rule: each pool's CPUs are in its type's CPUClass (the reserved pool's too)."""
+        classes: dict[str, frozenset[int]] = {}
+        for name, cpus in self.pool_cpus().items():
+            cls = self.types[name].cpu_class
+            if cls and cpus:
+                classes[cls] = classes.get(cls, frozenset()) | cpus
+        return classes
 
     def pool_cpus(self) -> dict[str, frozenset[int]]:
         return {RESERVED: self.reserved, **{name: p.cpus for name, p in self.pools.items()}}

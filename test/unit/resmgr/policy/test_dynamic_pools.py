@@ -230,3 +230,13 @@ def test_upstream_e2e_reserved(n4c16: Topology) -> None:
     assert {pool_of(p, c) for c in ("pod0c0", "pod1c0", "pod2c0", "pod3c0")} == {frozenset({0, 1, 2})}
     p.allocate("pod4c0", guaranteed("pod4c0", 2000, annotations={DYNAMIC_POOL_KEY: "full-core"}))
     assert len(pool_of(p, "pod4c0")) == 2 and not pool_of(p, "pod4c0") & p.reserved
+
+
+def test_cpu_classes_follow_the_pools(n4c16: Topology) -> None:
+    p = policy_from_yaml((UPSTREAM / "dynamic-pools-md-0.cfg").read_text(), n4c16)
+    assert p.cpu_classes() == {}  # no pool of a classed type owns a CPU yet
+    p.allocate("a", burstable("a", 2000, ns="pool1"))
+    p.allocate("b", burstable("b", 1000, ns="pool2"))
+    assert p.cpu_classes() == {"pool1-cpuclass": p.pool_cpus()["pool1"], "pool2-cpuclass": p.pool_cpus()["pool2"]}
+    p.release("a")
+    assert p.cpu_classes() == {"pool2-cpuclass": p.pool_cpus()["pool2"]}
