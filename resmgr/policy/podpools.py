@@ -137,8 +137,8 @@ def build_pools(section: dict[str, Any], topology: Topology, available: frozense
         where = f"{path}[{i}]"
         count, cpus = _pool_size(d, where, budget)
         if count == 0:
-            raise ConfigError(f"{where}.Instances", f"no instance of {cpus} CPUs fits in {d.get('Instances')!r} "
-                                                    f"of the {budget} CPUs left for pools")
+            raise ConfigError(f"{where}.Instances", f"no instance to create: {d.get('Instances')!r} gives 0 instances "
+                                                    f"of {cpus} CPUs ({budget} CPUs are left for pools)")
         fill = d.get("FillOrder", BALANCED)
         if count > 1 and fill == PACKED and d.get("MaxPods", 0) == 0:
             raise ConfigError(f"{where}.MaxPods", f"{count - 1} instance(s) unreachable: FillOrder Packed fills "
