@@ -7,6 +7,9 @@ the extension as its Deployment; gardenlet's part played by the stand-in):
                           3 nodes Ready, the extension Deployment available
   enable_to_relay_s       Extension created -> every shoot node's running kubelet on the relay
   disable_to_restored_s   Extension deleted -> every node's kubelet back on containerd, unit removed
+  disable_to_gone_s       Extension deleted -> Extension gone (every node's record said uninstalled)
+  uninstall_node_s        per node, Extension deleted -> its record "uninstalled" (installer/node_record.py),
+                          in order: with maxUnavailable 50% of 2 nodes the second includes the first's step
   rss_mb_<component>      resident memory of each component while enabled (a node: everything in it)
 
 The LAST line printed is the summary:
@@ -19,6 +22,7 @@ Target (DESIGN, reported, not asserted): enable -> every node on the relay <= 60
 from __future__ import annotations
 
 import atexit
+import datetime as dt
 import os
 import tempfile
 import time
@@ -30,6 +34,8 @@ from e2e.gardener import shoot_ops
 from e2e.targets import LANDSCAPE_EXTRA_OPTIONS
 from fixtures.landscape import Images, Landscape, build_images
 from fixtures.landscape.node_checks import NodeRunner
+
+from installer import node_record
 
 pytestmark = pytest.mark.bench
 TARGET_ENABLE_S = 60.0
@@ -57,11 +63,15 @@ def test_bench_landscape(tools, tmp_path):
             enable_s = time.monotonic() - t0
             g.wait_ready(300)
             rss = land.rss_mb()
-            t0 = time.monotonic()
+            t0, wall0 = time.monotonic(), time.time()
             g.delete_extension()
             _all(runners, shoot_ops.removed_check, "restored")
             disable_s = time.monotonic() - t0
             g.wait_gone(600)
+            gone_s = time.monotonic() - t0
+            node_s = sorted(_record_time(lease) - wall0 for lease in land.shoot.get_json(
+                "leases", "-n", "kube-system", "-l", f"{node_record.LABEL}={node_record.LABEL_VALUE}")["items"]
+                if (lease["metadata"].get("annotations") or {}).get(node_record.STATE) == node_record.UNINSTALLED)
     finally:
         left = land.down()
     assert not left, f"the landscape left things behind: {left}"
@@ -70,10 +80,16 @@ def test_bench_landscape(tools, tmp_path):
     print(f"  target enable -> relay <= {TARGET_ENABLE_S:g}s: "
           f"{'met' if enable_s <= TARGET_ENABLE_S else 'NOT met'} ({enable_s:.1f}s)")
     line = (f"landscape: startup_s={land.timings['startup']:.1f} enable_to_relay_s={enable_s:.1f} "
-            f"disable_to_restored_s={disable_s:.1f} "
+            f"disable_to_restored_s={disable_s:.1f} disable_to_gone_s={gone_s:.1f} "
+            f"uninstall_node_s={','.join(f'{x:.1f}' for x in node_s)} "
             + " ".join(f"rss_mb_{_key(k)}={v:.0f}" for k, v in rss.items()))
     print(line, flush=True)
     atexit.register(print, line, flush=True)
+
+
+def _record_time(lease: dict) -> float:
+    stamp = lease["metadata"]["annotations"][node_record.TIME]
+    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
 
 
 def _key(name: str) -> str:
