@@ -71,7 +71,7 @@ def test_install_and_uninstall_end_only_on_every_nodes_record(inside):
     slow, failing = nodes[0], nodes[1]
     runners = {r.node: r for r in t.runners([slow, failing])}
     try:
-        for node, action in ((slow, "sleep 40"), (failing, "fail injected by the e2e test")):
+        for node, action in ((slow, "sleep 20"), (failing, "fail injected by the e2e test")):
             runners[node].run(f"mkdir -p {failpoints.NODE_FAILPOINT_DIR} && echo '{action}' > {FAILPOINT}",
                               check=True)
         t.disable(wait=False)
