@@ -61,6 +61,8 @@ log = logging.getLogger("resmgr.resource-manager")
 # CRI ContainerState values (runtime.v1.ContainerState).
 CONTAINER_RUNNING = 1
 CONTAINER_EXITED = 2
+# policy_data key (beside the policy's own) listing the known containers that were stopped: released.
+STOPPED_KEY = "stopped_containers"
 
 
 Resize = Callable[[ContainerInfo], ContainerInfo]
@@ -203,30 +205,39 @@ class ResourceManager:
 
     # -- state ------------------------------------------------------------------------------
     def _restore(self, policy_data: dict[str, Any]) -> None:
+        policy_data = dict(policy_data)
+        stopped = set(policy_data.pop(STOPPED_KEY, None) or ())
+        placed = {cid: c for cid, c in self.containers.items() if cid not in stopped}
         try:
-            self.policy.restore_state(policy_data, self.containers)
+            self.policy.restore_state(policy_data, placed)
         except RestoreError as exc:
             log.error("cached %s allocations are unusable (%s); re-allocating all containers",
                       self.policy.name, exc)
-            self._reallocate_all()
+            self._reallocate_all(stopped)
             return
-        for cid, c in self.containers.items():
+        for cid, c in placed.items():
             if cid not in self.policy.grants and self.policy.name != "none":
                 self.policy.allocate(cid, c)
                 self._unsynced.add(cid)
 
-    def _reallocate_all(self) -> None:
+    def _reallocate_all(self, stopped: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         self.policy.containers.clear()
         self.policy.grants.clear()
         for cid, c in self.containers.items():
-            self.policy.allocate(cid, c)
-        self._unsynced = set(self.containers)
+            if cid not in stopped:
+                self.policy.allocate(cid, c)
+        self._unsynced = set(self.containers) - stopped
 
     def save(self) -> None:
         """Persist pods, containers, the policy's grants and the cached config (``CacheEncoder``)."""
         extra = self.policy.export_extra()
         for b in extra.get("balloons", []):
             b["members"] = {k: v for k, v in b.get("members", {}).items() if not k.startswith(PENDING_PREFIX)}
+        # Stopped containers stay known (a resync sees them exited) but hold nothing: a restore must not
+        # allocate them again, or it moves the others (a balloon would grow for a stopped member).
+        stopped = [cid for cid in self.containers if cid not in self.policy.containers]
+        if stopped:
+            extra[STOPPED_KEY] = stopped
         # Only configs pushed at runtime are cached; files given on the command line are
         # re-read at every start (as in cri-resource-manager).
         config, source = self._cached_config

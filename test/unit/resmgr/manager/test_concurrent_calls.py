@@ -298,3 +298,20 @@ def test_a_refused_resize_is_not_left_in_the_cache(topologies: dict[str, Topolog
     restored = d.new_rm()
     assert restored.policy.grants[cid] == live
     assert restored.placements()[cid] == d.rm.placements()[cid]
+
+
+def test_a_stopped_container_is_not_allocated_again_by_a_restore(topologies: dict[str, Topology],
+                                                                  tmp_path: Path) -> None:
+    """Found by the machine above with a random seed: a stopped balloon member holds nothing, but a restore
+    from the cache allocated it again, growing its balloon and moving the other members."""
+    d = Driver(topologies["2s-2n-16c-2t"], tmp_path, SEED_BALLOONS)
+    pod = d.run_pod("p", qos="burstable")
+    first = d.create(pod, "a", milli=250)
+    second = d.create(pod, "b", milli=0)
+    assert first and second
+    d.call("StopContainer", api_pb2.StopContainerRequest(container_id=first), api_pb2.StopContainerResponse())
+    assert first in d.rm.containers and first not in d.rm.policy.containers
+    restored = d.new_rm()
+    assert first not in restored.policy.containers and first not in restored.policy.grants
+    assert restored.placements() == d.rm.placements()
+    assert restored.policy.grants == d.rm.policy.grants
