@@ -40,7 +40,14 @@ from typing import Any
 
 from resmgr.config import ConfigError
 from resmgr.config import _load_yaml as load_bounded_yaml  # the bounded strict loader configs use
-from resmgr.manager.expressions import ContainerView, Expression, ExpressionError, container_view, parse_expression
+from resmgr.manager.expressions import (
+    ContainerView,
+    Expression,
+    ExpressionError,
+    container_view,
+    key_value,
+    parse_expression,
+)
 from resmgr.manager.resources import RESMGR_KEY_NAMESPACE, ContainerInfo
 
 log = logging.getLogger("resmgr.policy.affinity")
@@ -176,33 +183,68 @@ def container_affinities(c: ContainerInfo, *, colocate_pods: bool = False,
 
 
 class AffinityScorer:
-    """Turns a container's affinities into per-pool scores; keeps one expression view per container."""
+    """Turns a container's affinities into the placed containers they select.
+
+    It keeps one expression view per placed container and, for each key an ``Equals``/``In``
+    expression has asked about, an index value -> container ids, kept in step with the placed
+    containers; such expressions (the pod scope, co-location) then cost a lookup instead of a
+    pass over every container."""
 
     def __init__(self) -> None:
         self._views: dict[str, tuple[ContainerInfo, ContainerView]] = {}
+        self._index: dict[str, dict[str | None, set[str]]] = {}
+
+    def _sync(self, containers: Mapping[str, ContainerInfo], placed: Mapping[str, Any]) -> None:
+        views = self._views
+        gone = [cid for cid, (info, _) in views.items() if cid not in placed or containers.get(cid) is not info]
+        for cid in gone:
+            _, view = views.pop(cid)
+            for key, table in self._index.items():
+                table.get(key_value(view, key), set()).discard(cid)
+        for cid in placed.keys() - views.keys():
+            info = containers.get(cid)
+            if info is None:
+                continue
+            view = container_view(info)
+            views[cid] = (info, view)
+            for key, table in self._index.items():
+                table.setdefault(key_value(view, key), set()).add(cid)
+
+    def _selected(self, e: Expression) -> set[str] | None:
+        """The ids an Equals/In expression selects, from the index; None if it cannot be looked up."""
+        if e.operator not in ("Equals", "In") or "*" in e.values:
+            return None
+        table = self._index.get(e.key)
+        if table is None:
+            table = self._index[e.key] = {}
+            for cid, (_, view) in self._views.items():
+                table.setdefault(key_value(view, e.key), set()).add(cid)
+        out: set[str] = set()
+        for value in e.values:
+            out |= table.get(value, set())
+        return out
 
     def container_weights(self, affinities: tuple[Affinity, ...], containers: Mapping[str, ContainerInfo],
                           placed: Mapping[str, Any], exclude: ContainerInfo) -> dict[str, int]:
         """Other placed container id -> summed weight of the affinities that select it."""
+        self._sync(containers, placed)
+        views = self._views
         weights: dict[str, int] = {}
-        cache = self._views
-        views = []
-        for cid in placed:
-            info = containers.get(cid)
-            if info is None or info is exclude:  # self-affinity means nothing
-                continue
-            cached = cache.get(cid)
-            if cached is None or cached[0] is not info:
-                cached = cache[cid] = (info, container_view(info))
-            views.append((cid, cached[1]))
         for a in affinities:
-            scope = None if a.scope.operator == "AlwaysTrue" else a.scope.matches
-            match = None if a.match.operator == "AlwaysTrue" else a.match.matches
-            for cid, view in views:
-                if (scope is None or scope(view)) and (match is None or match(view)):
+            candidates: set[str] | None = None
+            checks = []
+            for e in (a.scope, a.match):
+                if e.operator == "AlwaysTrue":
+                    continue
+                found = self._selected(e)
+                if found is None:
+                    checks.append(e.matches)
+                else:
+                    candidates = found if candidates is None else candidates & found
+            for cid in (views if candidates is None else candidates):
+                info, view = views[cid]
+                if info is not exclude and all(check(view) for check in checks):  # no self-affinity
                     weights[cid] = weights.get(cid, 0) + a.weight
-        if len(self._views) > 2 * len(containers) + 64:  # drop views of released or renamed containers
-            self._views = {cid: v for cid, v in self._views.items() if containers.get(cid) is v[0]}
         return weights
 
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 import pytest
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
 
+from resmgr.manager.expressions import Expression, container_view
 from resmgr.policy.affinity import (
     AFFINITY_KEY,
     ANTI_AFFINITY_KEY,
+    Affinity,
     AffinityError,
+    AffinityScorer,
     container_affinities,
     parse_affinities,
     pool_scores,
@@ -186,3 +189,35 @@ def test_affinity_state_survives_a_cache_restore(topologies):
     q.restore_state(state, {"db": db})
     q.allocate("web", burstable("web", 1000, pod="shop", name="web", annotations={AFFINITY_KEY: "web: [db]"}))
     assert q.grants["web"].pool == q.grants["db"].pool
+
+
+def test_indexed_lookups_select_what_a_full_scan_selects():
+    """The scorer's value indexes (Equals/In) stay in step as containers come and go."""
+    scorer = AffinityScorer()
+    containers = {f"c{i}": burstable(f"c{i}", 100, ns=f"ns{i % 3}", pod=f"p{i % 7}", name=f"n{i % 5}")
+                  for i in range(40)}
+    affinities = (
+        Affinity(Expression("namespace", "Equals", ("ns1",)), Expression("", "AlwaysTrue"), 2),
+        Affinity(Expression("", "AlwaysTrue"), Expression("name", "In", ("n1", "n3")), -1),
+        Affinity(Expression("pod/name", "Matches", ("p[12]",)), Expression("namespace", "In", ("ns0", "ns2")), 5),
+        Affinity(Expression(":pod/namespace:pod/name", "Equals", ("ns2:p5",)), Expression("name", "Equals", ("*",)), 7),
+    )
+
+    def scan(placed):
+        out = {}
+        for cid in placed:
+            view = container_view(containers[cid])
+            for a in affinities:
+                if a.scope.matches(view) and a.match.matches(view):
+                    out[cid] = out.get(cid, 0) + a.weight
+        return out
+
+    placed = {cid: None for cid in list(containers)[:30]}
+    for step in range(4):
+        assert scorer.container_weights(affinities, containers, placed, exclude=None) == scan(placed)
+        for cid in list(placed)[step::5]:
+            del placed[cid]
+        for cid in list(containers)[30 + step * 2: 32 + step * 2]:
+            placed[cid] = None
+        replaced = next(iter(placed))
+        containers[replaced] = burstable(replaced, 100, ns="ns1", pod="p1", name="n1")  # a new ContainerInfo
