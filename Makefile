@@ -75,9 +75,10 @@ test-explore: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 
-# Static pattern rule: make never applies implicit (%) rules to .PHONY targets.
+# Static pattern rule: make never applies implicit (%) rules to .PHONY targets. A benchmark runs longer
+# than a test (bench-policy: 9 policies x 2000 decisions); its bound is an hour, not pytest's 600 s.
 bench-relay bench-policy bench-install bench-extension: bench-%: venv
-	$(PY) -m pytest -s -p no:cacheprovider -o addopts="" test/bench/bench_$*.py
+	$(PY) -m pytest -s -p no:cacheprovider -o addopts="" --timeout=3600 test/bench/bench_$*.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
