@@ -115,7 +115,10 @@ def percentile(values: list[float], q: float) -> float:
 class Node:
     def __init__(self, topology, relay_dir: Path, config_text: str,
                  annotations: dict[str, dict[str, str]] | None = None) -> None:
-        self.rm = ResourceManager(topology, relay_dir=relay_dir, fallback_config=validate_config_text(config_text))
+        # As cri-resmgr runs it (resmgr/cli.py): the cache is written by a background thread; encoding stays
+        # in the decision and is timed.
+        self.rm = ResourceManager(topology, relay_dir=relay_dir, fallback_config=validate_config_text(config_text),
+                                  background_save=True)
         self.pods: dict[str, tuple[str, api_pb2.PodSandboxConfig]] = {}
         self.annotations = annotations or {}  # namespace -> pod annotations
         self.n = 0
