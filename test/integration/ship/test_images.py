@@ -113,6 +113,7 @@ def test_installation_image_entrypoint(containerd, images: ImageSet, tmp_path: P
 @pytest.mark.parametrize("command,expect", [
     (["cri-resmgr-agent", "--help"], "usage: cri-resmgr-agent"),
     (["cri-resmgr-agent-probe", "--help"], "usage: cri-resmgr-agent-probe"),
+    (["cri-resmgr-webhook", "--help"], "usage: cri-resmgr-webhook"),
     (["/opt/cri-resmgr/bin/cri-resmgr", "--list-policies"], "topology-aware"),
     (["nsenter", "--version"], "nsenter from util-linux"),
 ])
