@@ -365,7 +365,8 @@ NO_TOPOLOGY_BALANCING = "the CPU allocator packs; topology balancing/spreading o
 NO_POLICY = "this policy is not implemented by this cri-resmgr"
 NO_STATIC_RDT = "the static policy's own RDT switch is not applied; RDT classes come from the rdt controller"
 NO_PAGE_MIGRATION = "page migration (memory tier demotion) is not implemented"
-NO_ENERGY_PREFERENCE = "energy performance preference is not applied (upstream's CPU controller does not apply it either)"
+NO_ENERGY_PREFERENCE = ("energy performance preference is not applied "
+                        "(upstream's CPU controller does not apply it either)")
 NO_RDT_MONITORING = "RDT monitoring groups are not created"
 NO_PAGE_DEMOTION = ("dynamic page demotion (dirty-bit scanning, moving idle pages from DRAM to PMEM) is not "
                     "implemented; memory tiers are")

@@ -37,7 +37,7 @@ from google.protobuf.message import Message
 from resmgr.config import ConfigError, validate_config
 from resmgr.config.files import CACHE, DEFAULTS, FALLBACK, FORCE, choose_config
 from resmgr.control.controllers import Controllers
-from resmgr.manager.cache import Cache, CacheData, CacheEncoder
+from resmgr.manager.cache import Cache, CacheData, CacheEncoder, encode_extra
 from resmgr.manager.deadline_timers import DeadlineTimers
 from resmgr.manager.placement_diff import PENDING_PREFIX, diff_groups, diff_placements, fmt_cpus
 from resmgr.manager.resources import (
@@ -241,9 +241,12 @@ class ResourceManager:
         # Only configs pushed at runtime are cached; files given on the command line are
         # re-read at every start (as in cri-resource-manager).
         config, source = self._cached_config
-        self.cache.save_encoded(self._encoder.encode(
-            pods=self.pods, containers=self.containers, policy=self.policy.name, grants=self.policy.grants,
-            policy_extra=extra, config=config, config_source=source))
+        # A snapshot the cache's writer may encode later (in background mode): shallow copies of the maps,
+        # whose entries never change once made (CacheEncoder), and the policy's own state as text now.
+        snapshot = {"pods": dict(self.pods), "containers": dict(self.containers), "policy": self.policy.name,
+                    "grants": dict(self.policy.grants), "policy_extra": encode_extra(extra), "config": config,
+                    "config_source": source}
+        self.cache.save_encoded(lambda: self._encoder.encode(**snapshot))
 
     def close(self) -> None:
         """Write the last state to the cache (it may still be pending with ``background_save``)."""
@@ -387,7 +390,8 @@ class ResourceManager:
         A created, not yet started container does not count: its StartContainer may still come through."""
         with self._lock:
             listed = {c.id: c.state for c in containers}
-            unknown = {cid for cid, state in listed.items() if state == CONTAINER_RUNNING and cid not in self.containers}
+            unknown = {cid for cid, state in listed.items()
+                       if state == CONTAINER_RUNNING and cid not in self.containers}
             gone = {cid for cid in self.containers if cid not in listed and not cid.startswith(PENDING_PREFIX)}
         return frozenset(unknown | gone)
 
