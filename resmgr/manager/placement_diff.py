@@ -7,6 +7,7 @@ sends to the runtime. Pending containers (not yet created by the runtime) never 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from resmgr.policy.base import Placement
@@ -17,7 +18,16 @@ PENDING_PREFIX = "pending:"
 
 
 def fmt_cpus(cpus: frozenset[int] | None) -> str | None:
-    return None if cpus is None else format_cpuset(cpus)
+    if cpus is None:
+        return None
+    return _format_frozen(cpus) if isinstance(cpus, frozenset) else format_cpuset(cpus)
+
+
+@functools.lru_cache(maxsize=4096)
+def _format_frozen(cpus: frozenset[int]) -> str:
+    # A decision re-formats the same few sets for up to every running container (static-plus's shared pool:
+    # 200 members, each its own placement object, was 0.5 of 1.0 ms per decision); a frozenset caches its hash.
+    return format_cpuset(cpus)
 
 
 def diff_placements(old: dict[str, Placement], new: dict[str, Placement], *, skip: str = "",
