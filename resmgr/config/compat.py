@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from resmgr.config.extra_options import UPSTREAM_FLAGS
 from resmgr.config.schema import (
@@ -130,7 +131,55 @@ def tables(text: str) -> list[str]:
     return found
 
 
-def main() -> int:
+README_SECTION = "## Compatibility with cri-resource-manager"
+
+
+def replace_tables(text: str, new_tables: list[str], start: int = 0, end: int | None = None) -> str:
+    """``text`` with the markdown tables between ``start`` and ``end`` replaced, in order, by ``new_tables``."""
+    end = len(text) if end is None else end
+    lines = text[start:end].split("\n")
+    out: list[str] = []
+    pending = list(new_tables)
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("|"):
+            while i < len(lines) and lines[i].startswith("|"):
+                i += 1
+            if not pending:
+                raise ValueError("more tables in the text than generated ones")
+            out.append(pending.pop(0))
+            continue
+        out.append(lines[i])
+        i += 1
+    if pending:
+        raise ValueError(f"{len(pending)} generated table(s) found no place in the text")
+    return text[:start] + "\n".join(out) + text[end:]
+
+
+def write_docs(root: Path) -> None:
+    """Rewrite the tables in docs/upstream-compat.md and the README's compatibility section."""
+    docs = root / "docs" / "upstream-compat.md"
+    docs.write_text(replace_tables(docs.read_text(), [markdown(field_rows(), "field"), markdown(flag_rows(), "flag")]))
+    readme = root / "README.md"
+    text = readme.read_text()
+    start = text.index(README_SECTION)
+    end = text.find("\n## ", start + 3)
+    readme.write_text(replace_tables(text, [markdown(section_rows(), "section"), markdown(flag_group_rows(), "flags")],
+                                     start, end if end != -1 else None))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--write"]:
+        root = Path(args[1]) if len(args) > 1 else Path.cwd()
+        write_docs(root)
+        sys.stdout.write(f"rewrote the tables in {root / 'docs/upstream-compat.md'} and {root / 'README.md'}\n")
+        return 0
+    if args:
+        sys.stderr.write("usage: python -m resmgr.config.compat [--write [REPO_ROOT]]\n"
+                         "  prints the compatibility tables; --write replaces them in docs/upstream-compat.md and\n"
+                         "  the README's compatibility section (REPO_ROOT defaults to the current directory)\n")
+        return 2
     sys.stdout.write("## Config fields\n\n" + markdown(field_rows(), "field") + "\n\n## Flags\n\n"
                      + markdown(flag_rows(), "flag") + "\n\n## README: sections\n\n"
                      + markdown(section_rows(), "section") + "\n\n## README: flags\n\n"

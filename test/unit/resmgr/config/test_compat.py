@@ -23,7 +23,7 @@ from resmgr.config.extra_options import UPSTREAM_FLAGS
 from resmgr.config.schema import CONFIG
 
 ROOT = Path(__file__).resolve().parents[4]
-REGENERATE = "regenerate them with `python -m resmgr.config.compat`"
+REGENERATE = "regenerate them with `python -m resmgr.config.compat --write`"
 
 
 def readme_section() -> str:
@@ -64,15 +64,16 @@ def test_every_schema_field_and_upstream_flag_has_a_row() -> None:
     assert all(r.why for r in field_rows() + flag_rows() if r.status != IMPLEMENTED)
 
 
-POLICY_CODE = {"topology-aware": "topology_aware.py", "balloons": "balloons.py", "static": "static.py"}
+POLICY_CODE = {"topology-aware": "topology_aware.py", "balloons": "balloons.py", "static": "static.py",
+               "podpools": "podpools.py", "dynamic-pools": "dynamic_pools.py", "static-pools": "static_pools.py"}
 
 
 @pytest.mark.parametrize("policy", sorted(POLICY_CODE))
 def test_implemented_policy_fields_are_read_by_the_policy(policy: str) -> None:
     code = (ROOT / "resmgr" / "policy" / POLICY_CODE[policy]).read_text()
     for row in field_rows():
-        m = re.fullmatch(rf"policy\.{re.escape(policy)}\.(?:BalloonTypes\[\]\.)?(\w+)", row.name)
-        if not m or m.group(1) == "BalloonTypes":
+        m = re.fullmatch(rf"policy\.{re.escape(policy)}\.(?:\w+\[\]\.)?(\w+)", row.name)
+        if not m or m.group(1) in ("BalloonTypes", "Pools", "DynamicPoolTypes"):
             continue
         read = f'"{m.group(1)}"' in code
         if row.status == IMPLEMENTED:
