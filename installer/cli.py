@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from installer import node_record, readiness
+from installer.agent_check import agent_check, gated_by_agent
 from installer.host import CommandRunner, Host
 from installer.install import KUBELET_TARGET, InstallSettings, NodeInstaller
 from installer.node_lock import NodeLock
@@ -66,7 +67,9 @@ removed or restored byte for byte; then it reports ready and sleeps.
 node record: after "install complete" and "uninstall complete" (and on failures, with
 the reason) the installer writes the Lease kube-system/cri-resmgr-node-<node> through its
 ServiceAccount: state, the digest of the rollout (--digest) and the time. The extension ends
-its uninstall wait, and reports the installation healthy, only on these records.
+its uninstall wait, and reports the installation healthy, only on these records. "installed"
+also needs cri-resmgr-agent to answer its health check on its socket (checked every
+--check-interval); until it does the record says agent-not-ready, with the agent's answer.
 
 probe: `cri-resmgr-installer probe` (or --probe) exits 0 when the ready file
 says ready, else 1 with a one-line reason.
@@ -272,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     recorder = None if args.no_node_record else node_record.in_cluster_recorder(args.node_name, args.digest)
     record: Recorder = recorder.record if recorder is not None else _no_record
+    if recorder is not None and mode == "install":  # checked again with every supervision step
+        record = gated_by_agent(record, agent_check(args.host_root))
     try:
         if mode == "uninstall":
             return run_uninstall(installer, args, stop, record)

@@ -39,7 +39,8 @@ UNINSTALLED = "uninstalled"
 INSTALL_FAILED = "install-failed"
 UNINSTALL_FAILED = "uninstall-failed"
 DEGRADED = "degraded"  # installed, but the supervisor fell back to containerd or the relay is unhealthy
-STATES = (INSTALLED, UNINSTALLED, INSTALL_FAILED, UNINSTALL_FAILED, DEGRADED)
+AGENT_NOT_READY = "agent-not-ready"  # the relay serves kubelet, but cri-resmgr-agent does not answer healthy yet
+STATES = (INSTALLED, UNINSTALLED, INSTALL_FAILED, UNINSTALL_FAILED, DEGRADED, AGENT_NOT_READY)
 MAX_REASON = 512  # annotations are small; the installer's log has the whole story
 
 

@@ -1,0 +1,40 @@
+"""Whether cri-resmgr-agent works on this node: "installed" in the node record means the relay serves kubelet
+and the agent answers its health check (the chart's readiness query) on its socket, not only that its pod
+was reported Ready (a restarted kubelet reports that before the first probe has run)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from installer import node_record
+from resmgr.options import AGENT_DIR_AGENT_SOCKET
+
+AgentCheck = Callable[[], tuple[bool, str]]
+QUERY = "config-status"  # what the agent's readinessProbe asks (charts/.../agent.yaml)
+
+
+def agent_check(host_root: Path, timeout: float = 5.0) -> AgentCheck:
+    """A check of the node's agent through its socket under ``host_root``: (healthy, one-line message)."""
+    socket = str(host_root / AGENT_DIR_AGENT_SOCKET.lstrip("/"))
+
+    def check() -> tuple[bool, str]:
+        from resmgr.agent.probe import probe  # grpcio: loaded only where a node record is written
+
+        rc, message = probe(socket, QUERY, timeout)
+        return rc == 0, message
+
+    return check
+
+
+def gated_by_agent(record: Callable[[str, str], object], check: AgentCheck) -> Callable[[str, str], object]:
+    """``record`` where INSTALLED is written only while the agent answers healthy, else AGENT_NOT_READY with why."""
+
+    def gated(state: str, reason: str) -> object:
+        if state == node_record.INSTALLED:
+            healthy, message = check()
+            if not healthy:
+                return record(node_record.AGENT_NOT_READY, message)
+        return record(state, reason)
+
+    return gated

@@ -1,0 +1,40 @@
+"""The node record says "installed" only while cri-resmgr-agent answers healthy on its socket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from installer import node_record
+from installer.agent_check import agent_check, gated_by_agent
+
+
+def recording() -> tuple[list[tuple[str, str]], object]:
+    written: list[tuple[str, str]] = []
+    return written, lambda state, reason: written.append((state, reason))
+
+
+def test_installed_waits_for_the_agent_then_is_written() -> None:
+    written, record = recording()
+    answers = iter([(False, "unhealthy: config error"), (True, "ok: config-status healthy")])
+    gated = gated_by_agent(record, lambda: next(answers))
+    gated(node_record.INSTALLED, "")
+    gated(node_record.INSTALLED, "")
+    assert written == [(node_record.AGENT_NOT_READY, "unhealthy: config error"), (node_record.INSTALLED, "")]
+
+
+def test_other_states_pass_without_asking_the_agent() -> None:
+    written, record = recording()
+
+    def never() -> tuple[bool, str]:
+        raise AssertionError("the agent was asked")
+
+    gated = gated_by_agent(record, never)
+    for state in (node_record.DEGRADED, node_record.INSTALL_FAILED):
+        gated(state, "why")
+    assert written == [(node_record.DEGRADED, "why"), (node_record.INSTALL_FAILED, "why")]
+
+
+def test_no_agent_socket_is_not_healthy(tmp_path: Path) -> None:
+    healthy, message = agent_check(tmp_path, timeout=1.0)()
+    assert not healthy
+    assert "cannot reach cri-resmgr-agent" in message and str(tmp_path) in message
