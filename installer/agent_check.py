@@ -14,14 +14,15 @@ AgentCheck = Callable[[], tuple[bool, str]]
 QUERY = "config-status"  # what the agent's readinessProbe asks (charts/.../agent.yaml)
 
 
-def agent_check(host_root: Path, timeout: float = 5.0) -> AgentCheck:
-    """A check of the node's agent through its socket under ``host_root``: (healthy, one-line message)."""
-    socket = str(host_root / AGENT_DIR_AGENT_SOCKET.lstrip("/"))
+def agent_check(node_path: Callable[[str], Path], timeout: float = 5.0) -> AgentCheck:
+    """A check of the node's agent through its socket: (healthy, one-line message). ``node_path`` maps a node
+    path into the installer's view (``Host.path``: the node's /var/run is a symlink to /run, which a plain
+    join under the host root would follow into the installer's own /run)."""
 
     def check() -> tuple[bool, str]:
         from resmgr.agent.probe import probe  # grpcio: loaded only where a node record is written
 
-        rc, message = probe(socket, QUERY, timeout)
+        rc, message = probe(str(node_path(AGENT_DIR_AGENT_SOCKET)), QUERY, timeout)
         return rc == 0, message
 
     return check

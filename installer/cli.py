@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     recorder = None if args.no_node_record else node_record.in_cluster_recorder(args.node_name, args.digest)
     record: Recorder = recorder.record if recorder is not None else _no_record
     if recorder is not None and mode == "install":  # checked again with every supervision step
-        record = gated_by_agent(record, agent_check(args.host_root))
+        record = gated_by_agent(record, agent_check(host.path))
     try:
         if mode == "uninstall":
             return run_uninstall(installer, args, stop, record)

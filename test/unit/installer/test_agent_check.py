@@ -6,6 +6,7 @@ from pathlib import Path
 
 from installer import node_record
 from installer.agent_check import agent_check, gated_by_agent
+from installer.host import resolve_in_root
 
 
 def recording() -> tuple[list[tuple[str, str]], object]:
@@ -34,7 +35,12 @@ def test_other_states_pass_without_asking_the_agent() -> None:
     assert written == [(node_record.DEGRADED, "why"), (node_record.INSTALL_FAILED, "why")]
 
 
-def test_no_agent_socket_is_not_healthy(tmp_path: Path) -> None:
-    healthy, message = agent_check(tmp_path, timeout=1.0)()
+def test_the_socket_is_found_through_the_nodes_symlinks(tmp_path: Path) -> None:
+    """On a node /var/run is a symlink to /run: the check must look in the host's /run, not the installer's."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "run").symlink_to("/run")
+    healthy, message = agent_check(lambda p: resolve_in_root(tmp_path, p), timeout=1.0)()
     assert not healthy
-    assert "cannot reach cri-resmgr-agent" in message and str(tmp_path) in message
+    assert "cannot reach cri-resmgr-agent" in message
+    assert f"{tmp_path}/run/cri-resmgr/agent/cri-resmgr-agent.sock" in message, message
