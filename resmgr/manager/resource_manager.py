@@ -37,7 +37,7 @@ from google.protobuf.message import Message
 from resmgr.config import ConfigError, validate_config
 from resmgr.config.files import CACHE, DEFAULTS, FALLBACK, FORCE, choose_config
 from resmgr.control.controllers import Controllers
-from resmgr.manager.cache import Cache, CacheData, CacheEncoder, encode_extra
+from resmgr.manager.cache import Cache, CacheData, CacheEncoder
 from resmgr.manager.deadline_timers import DeadlineTimers
 from resmgr.manager.placement_diff import PENDING_PREFIX, diff_groups, diff_placements, fmt_cpus
 from resmgr.manager.resources import (
@@ -242,9 +242,10 @@ class ResourceManager:
         # re-read at every start (as in cri-resource-manager).
         config, source = self._cached_config
         # A snapshot the cache's writer may encode later (in background mode): shallow copies of the maps,
-        # whose entries never change once made (CacheEncoder), and the policy's own state as text now.
+        # whose entries never change once made (CacheEncoder), and the policy's own state, which
+        # export_extra builds afresh for every save (its contract).
         snapshot = {"pods": dict(self.pods), "containers": dict(self.containers), "policy": self.policy.name,
-                    "grants": dict(self.policy.grants), "policy_extra": encode_extra(extra), "config": config,
+                    "grants": dict(self.policy.grants), "policy_extra": extra, "config": config,
                     "config_source": source}
         self.cache.save_encoded(lambda: self._encoder.encode(**snapshot))
 

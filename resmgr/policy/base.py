@@ -185,7 +185,8 @@ class PolicyHooks(Protocol):
         """The container's cpuset cpus and mems now (None: leave that cgroup setting alone)."""
 
     def export_extra(self) -> dict[str, Any]:
-        """Policy state beyond the grants, as JSON for the cache."""
+        """Policy state beyond the grants, as JSON for the cache: built afresh on every call and never
+        changed afterwards (the cache's writer thread encodes it later)."""
 
     def restore_extra(self, data: dict[str, Any]) -> None:
         """Rebuild that state from the cache; raise RestoreError if it does not fit."""

@@ -11,7 +11,7 @@ new containers; each is then bound and removed again so 200 stay running. The LA
 reporting the slowest policy's p50 and p99 of the decision's thread CPU time. CPU time is
 used because these 2-core machines are shared and loaded: wall-clock p99 mostly measures
 how long the scheduler kept the process off a CPU. Wall-clock percentiles are printed too.
-Target (reported, not asserted): p99 <= 1 ms.
+Target (reported, not asserted): p99 <= 0.5 ms.
 POLICY_BENCH_ITERATIONS sets the timed decisions per policy (default 2000).
 """
 
@@ -34,7 +34,7 @@ from resmgr.manager.resource_manager import ResourceManager
 from resmgr.topology import discover_topology
 
 RUNNING = 200
-TARGET_P99_MS = 1.0
+TARGET_P99_MS = 0.5  # issue 18: <= 0.5 ms on 256 CPUs with 200 containers
 CONFIGS = {
     "topology-aware": "policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: 2\n",
     "static": "policy:\n  Active: static\n  ReservedResources:\n    cpu: 2\n",
