@@ -67,6 +67,10 @@ def test_policy_node_resources_published_and_withdrawn(plane_node):
 
 def test_set_node_resources_keeps_what_others_own(plane_node):
     node = plane_node()
+    # cri-resmgr publishes its own policy's set (none: empty) once the agent answers, retrying with backoff while
+    # it is away; that publication must be in before this test's own calls, or it withdraws what they set.
+    wait_for(lambda: "node resources published through the agent" in node.resmgr.log_path.read_text(errors="replace"),
+             "cri-resmgr's own first publication")
     node.core.patch_node(node.name, {"metadata": {"labels": {"example.com/mine": "x"}},
                                      "spec": {"taints": [{"key": "example.com/other", "effect": "NoExecute"}]}})
     node.core.patch_node_status(node.name, {"status": {"capacity": {"example.com/widgets": "3"}}})
