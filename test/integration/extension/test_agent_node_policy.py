@@ -12,9 +12,9 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-import uuid
 from typing import NamedTuple
 
+from integration.extension.pod_bound_token import pod_bound_token
 from integration.extension.test_extension_charts import INSTALL_CHART, INSTALL_VALUES, helm
 
 POLICY = "cri-resmgr-agent-own-node"
@@ -26,24 +26,8 @@ class Result(NamedTuple):
 
 
 def test_agent_can_patch_its_own_node_only(tools, seed_api):
-    text = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
-                "--kube-version", "1.33.0", values=INSTALL_VALUES)
-    assert f"name: {POLICY}" in text
-    suffix = uuid.uuid4().hex[:6]
-    own, other, pod = f"own-{suffix}", f"other-{suffix}", f"agent-{suffix}"
-    seed_api.kubectl("apply", "-f", "-", input=text)
-    try:
-        for name in (own, other):
-            seed_api.kubectl("apply", "-f", "-", input=json.dumps(
-                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
-        seed_api.kubectl("apply", "-f", "-", input=json.dumps({
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": "kube-system"},
-            "spec": {"nodeName": own, "serviceAccountName": "cri-resmgr-agent",
-                     "containers": [{"name": "agent", "image": "reg/agent:v1"}]}}))
-        token = seed_api.kubectl("create", "token", "cri-resmgr-agent", "-n", "kube-system",
-                                 "--bound-object-kind", "Pod", "--bound-object-name", pod,
-                                 "--duration", "10m").stdout.strip()
-
+    with pod_bound_token(tools, seed_api, policy=POLICY, service_account="cri-resmgr-agent",
+                         container="agent") as (own, other, token, suffix):
         def patch(node: str, *, status: bool = False) -> Result:
             """A merge patch as the agent sends it (no GET first), with the agent's token."""
             body = ({"status": {"capacity": {"example.com/thing": "1"}}} if status
@@ -72,11 +56,6 @@ def test_agent_can_patch_its_own_node_only(tools, seed_api):
         assert status_denied.returncode != 0 and "may change only the node" in status_denied.stderr
         # Everyone else is untouched by the policy.
         seed_api.kubectl("annotate", "node", other, f"cri-resource-manager.intel.com/test={suffix}")
-    finally:
-        seed_api.kubectl("delete", "pod", pod, "-n", "kube-system", "--wait=false", check=False)
-        seed_api.kubectl("delete", "node", own, other, check=False)
-        seed_api.kubectl("delete", "validatingadmissionpolicybinding", POLICY, check=False)
-        seed_api.kubectl("delete", "validatingadmissionpolicy", POLICY, check=False)
 
 
 def test_no_policy_where_the_shoot_has_no_admission_policies(tools):

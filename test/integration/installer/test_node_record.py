@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from integration.extension.test_extension_charts import INSTALL_CHART, INSTALL_VALUES, helm
+from integration.extension.pod_bound_token import pod_bound_token
 from kubernetes import client
 
 from installer import node_record
 
 POLICY = "cri-resmgr-installer-own-node-record"
+
+
+@contextmanager
+def leases_deleted(seed_api, *nodes: str) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        seed_api.kubectl("delete", "lease", "-n", "kube-system", *map(node_record.lease_name, nodes),
+                         "--ignore-not-found", check=False)
 
 
 def _coordination(url: str, token: str) -> client.CoordinationV1Api:
@@ -26,23 +36,8 @@ def _coordination(url: str, token: str) -> client.CoordinationV1Api:
 
 
 def test_installer_writes_only_its_own_node_record(tools, seed_api):
-    text = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
-                "--kube-version", "1.33.0", values=INSTALL_VALUES)
-    assert f"name: {POLICY}" in text
-    suffix = uuid.uuid4().hex[:6]
-    own, other, pod = f"own-{suffix}", f"other-{suffix}", f"installer-{suffix}"
-    seed_api.kubectl("apply", "-f", "-", input=text)
-    try:
-        for name in (own, other):
-            seed_api.kubectl("apply", "-f", "-", input=json.dumps(
-                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
-        seed_api.kubectl("apply", "-f", "-", input=json.dumps({
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": "kube-system"},
-            "spec": {"nodeName": own, "serviceAccountName": "cri-resmgr-installer",
-                     "containers": [{"name": "installer", "image": "reg/installer:v1"}]}}))
-        token = seed_api.kubectl("create", "token", "cri-resmgr-installer", "-n", "kube-system",
-                                 "--bound-object-kind", "Pod", "--bound-object-name", pod,
-                                 "--duration", "10m").stdout.strip()
+    with pod_bound_token(tools, seed_api, policy=POLICY, service_account="cri-resmgr-installer",
+                         container="installer") as (own, other, token, _), leases_deleted(seed_api, own, other):
         api = _coordination(seed_api.url, token)
         # Another node's record: refused once the API server has loaded the policy.
         intruder = node_record.NodeRecorder(api, other, "d1")
@@ -75,10 +70,3 @@ def test_installer_writes_only_its_own_node_record(tools, seed_api):
             raise AssertionError("the installer could delete its record")
         except client.exceptions.ApiException as err:
             assert err.status == 403, err.body
-    finally:
-        seed_api.kubectl("delete", "pod", pod, "-n", "kube-system", "--wait=false", check=False)
-        seed_api.kubectl("delete", "lease", "-n", "kube-system", node_record.lease_name(own),
-                         node_record.lease_name(other), "--ignore-not-found", check=False)
-        seed_api.kubectl("delete", "node", own, other, check=False)
-        seed_api.kubectl("delete", "validatingadmissionpolicybinding", POLICY, check=False)
-        seed_api.kubectl("delete", "validatingadmissionpolicy", POLICY, check=False)

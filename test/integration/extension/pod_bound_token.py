@@ -1,0 +1,48 @@
+"""A pod-bound ServiceAccount token on one of two fresh Nodes, with the installation chart applied for real: how
+the node-scoped admission policies (the agent's own Node, the installer's own record) are shown against the API."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from integration.extension.test_extension_charts import INSTALL_CHART, INSTALL_VALUES, helm
+
+
+class BoundPod(NamedTuple):
+    own: str  # the node the token's pod runs on
+    other: str  # another node
+    token: str
+    suffix: str  # unique to this test run
+
+
+@contextmanager
+def pod_bound_token(tools, seed_api, *, policy: str, service_account: str, container: str) -> Iterator[BoundPod]:
+    """Apply the chart (a shoot from 1.33, so ``policy`` is in it), make two Nodes and a pod of ``service_account``
+    on the first, and yield a token bound to that pod; everything is deleted again afterwards."""
+    text = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
+                "--kube-version", "1.33.0", values=INSTALL_VALUES)
+    assert f"name: {policy}" in text
+    suffix = uuid.uuid4().hex[:6]
+    own, other, pod = f"own-{suffix}", f"other-{suffix}", f"{container}-{suffix}"
+    seed_api.kubectl("apply", "-f", "-", input=text)
+    try:
+        for name in (own, other):
+            seed_api.kubectl("apply", "-f", "-", input=json.dumps(
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+        seed_api.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": "kube-system"},
+            "spec": {"nodeName": own, "serviceAccountName": service_account,
+                     "containers": [{"name": container, "image": f"reg/{container}:v1"}]}}))
+        token = seed_api.kubectl("create", "token", service_account, "-n", "kube-system",
+                                 "--bound-object-kind", "Pod", "--bound-object-name", pod,
+                                 "--duration", "10m").stdout.strip()
+        yield BoundPod(own, other, token, suffix)
+    finally:
+        seed_api.kubectl("delete", "pod", pod, "-n", "kube-system", "--wait=false", check=False)
+        seed_api.kubectl("delete", "node", own, other, check=False)
+        seed_api.kubectl("delete", "validatingadmissionpolicybinding", policy, check=False)
+        seed_api.kubectl("delete", "validatingadmissionpolicy", policy, check=False)
