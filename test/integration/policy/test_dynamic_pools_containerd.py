@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.metrics_client import scrape_unix
+from fixtures.seed_configs import DYNAMIC_POOLS_APP
 from fixtures.waiting import eventually
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -21,16 +22,7 @@ from resmgr.relay.metrics import RelayMetrics, serve_metrics_socket
 
 pytestmark = pytest.mark.integration
 
-CONFIG = """\
-policy:
-  Active: dynamic-pools
-  ReservedResources:
-    cpu: cpuset:0
-  dynamic-pools:
-    DynamicPoolTypes:
-      - Name: app
-        Namespaces: [app]
-"""
+CONFIG = DYNAMIC_POOLS_APP
 BUSY = ["sh", "-c", "while :; do :; done"]
 
 

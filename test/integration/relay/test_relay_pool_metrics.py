@@ -9,22 +9,14 @@ from pathlib import Path
 
 import pytest
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
+from fixtures.seed_configs import DYNAMIC_POOLS_APP
 from fixtures.waiting import eventually
 from integration.relay.relay_process import RelayProcess
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.integration
 
-CONFIG = """\
-policy:
-  Active: dynamic-pools
-  ReservedResources:
-    cpu: cpuset:0
-  dynamic-pools:
-    DynamicPoolTypes:
-      - Name: app
-        Namespaces: [app]
-"""
+CONFIG = DYNAMIC_POOLS_APP
 
 
 def pool_samples(text: str) -> dict[str, dict[str, tuple[dict[str, str], float]]]:

@@ -6,22 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fixtures.seed_configs import DYNAMIC_POOLS_APP
 from unit.resmgr.rm_driver import Driver
 
 from resmgr.control.cgroups import parent_dir
 from resmgr.manager.cpu_usage import Rebalancer, UsageSampler, read_cpu_usec
 from resmgr.topology import Topology
 
-CONFIG = """\
-policy:
-  Active: dynamic-pools
-  ReservedResources:
-    cpu: cpuset:0
-  dynamic-pools:
-    DynamicPoolTypes:
-      - Name: app
-        Namespaces: [app]
-"""
+CONFIG = DYNAMIC_POOLS_APP
 
 
 class CgroupTree:

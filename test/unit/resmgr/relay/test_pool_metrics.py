@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fixtures.seed_configs import DYNAMIC_POOLS_APP
 from prometheus_client.parser import text_string_to_metric_families
 from unit.resmgr.rm_driver import Driver
 
@@ -17,8 +18,7 @@ CONFIGS = {
     "topology-aware": "policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: cpuset:0\n",
     "balloons": "policy:\n  Active: balloons\n  ReservedResources:\n    cpu: 1\n  balloons:\n    BalloonTypes:\n"
                 "      - Name: app\n        Namespaces: [app]\n        MinCPUs: 2\n",
-    "dynamic-pools": "policy:\n  Active: dynamic-pools\n  ReservedResources:\n    cpu: cpuset:0\n"
-                     "  dynamic-pools:\n    DynamicPoolTypes:\n      - Name: app\n        Namespaces: [app]\n",
+    "dynamic-pools": DYNAMIC_POOLS_APP,
     "podpools": "policy:\n  Active: podpools\n  ReservedResources:\n    cpu: 1\n  podpools:\n    Pools:\n"
                 "      - {Name: app, CPU: 2, Instances: 3}\n",
 }
