@@ -24,7 +24,7 @@ from resmgr.policy.base import (
     Grant,
     Placement,
     PlacementMemo,
-    Policy,
+    PooledPolicy,
     RestoreError,
     is_reserved_namespace,
     log,
@@ -86,7 +86,7 @@ class Balloon:
             del self.pods[pod_id]
 
 
-class BalloonsPolicy(Policy):
+class BalloonsPolicy(PooledPolicy):
     name = "balloons"
     description = "Disjoint CPU balloons per workload type, inflated and deflated with their containers."
 
@@ -239,20 +239,10 @@ class BalloonsPolicy(Policy):
             if old in balloon.members:
                 balloon.members[new] = balloon.members.pop(old)
 
-    def placement(self, cid: str) -> Placement:
-        grant = self.grants.get(cid)
-        if grant is None:
-            return (None, None)
-        return self.group_placement(grant.pool)
-
     def group_placement(self, key: str) -> Placement:
         balloon = self.balloons.get(key)
         cpus = balloon.cpus if balloon is not None and balloon.cpus else self.reserved
         return self._placement_memo(cpus)  # one placement tuple per cpuset: cheap diffs
-
-    def group_of(self, cid: str) -> str | None:
-        grant = self.grants.get(cid)
-        return None if grant is None else grant.pool
 
     def group_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {name: b.cpus for name, b in self.balloons.items()}

@@ -352,3 +352,18 @@ class Policy:
             owned |= g.exclusive
         self.restore_extra(state)
         self.rebuild_members()
+
+
+class PooledPolicy(Policy):
+    """A policy whose containers share their pool's placement (balloons, dynamic pools, pod pools): the pool a
+    grant names is its group, and ``group_placement`` of that pool is the container's placement."""
+
+    def placement(self, cid: str) -> Placement:
+        grant = self.grants.get(cid)
+        if grant is None:
+            return (None, None)
+        return self.group_placement(grant.pool) or (None, None)
+
+    def group_of(self, cid: str) -> str | None:
+        grant = self.grants.get(cid)
+        return None if grant is None else grant.pool

@@ -27,7 +27,7 @@ from resmgr.policy.base import (
     Grant,
     Placement,
     PlacementMemo,
-    Policy,
+    PooledPolicy,
     RestoreError,
     is_reserved_namespace,
     log,
@@ -124,7 +124,7 @@ def _squeeze(free: int, wanted: dict[str, int], populated: set[str]) -> dict[str
     return sizes
 
 
-class DynamicPoolsPolicy(Policy):
+class DynamicPoolsPolicy(PooledPolicy):
     name = "dynamic-pools"
     description = "Pools sized by their containers' requests and measured CPU usage."
     wants_usage = True
@@ -230,18 +230,10 @@ class DynamicPoolsPolicy(Policy):
             self.usage[new] = self.usage.pop(old)
 
     # -- placement -------------------------------------------------------------------------------------
-    def placement(self, cid: str) -> Placement:
-        grant = self.grants.get(cid)
-        return (None, None) if grant is None else self.group_placement(grant.pool)
-
     def group_placement(self, key: str) -> Placement:
         pool = self.pools.get(key)
         cpus = pool.cpus if pool is not None and pool.cpus else self.reserved
         return self._placement_memo(cpus)  # one placement tuple per cpuset: cheap diffs
-
-    def group_of(self, cid: str) -> str | None:
-        grant = self.grants.get(cid)
-        return None if grant is None else grant.pool
 
     def group_state(self) -> dict[str, Any]:
         return {**{name: p.cpus for name, p in self.pools.items()}, RESERVED: self.reserved}

@@ -27,7 +27,7 @@ from resmgr.policy.base import (
     Grant,
     Placement,
     PlacementMemo,
-    Policy,
+    PooledPolicy,
     RestoreError,
     log,
     resolve_cpu_resources,
@@ -157,7 +157,7 @@ def build_pools(section: dict[str, Any], topology: Topology, available: frozense
     return pools
 
 
-class PodpoolsPolicy(Policy):
+class PodpoolsPolicy(PooledPolicy):
     name = "podpools"
     description = "Pod-granularity placement: all containers of a pod share the CPUs of its pool instance."
 
@@ -294,10 +294,6 @@ class PodpoolsPolicy(Policy):
     def placement(self, cid: str) -> Placement:
         grant = self.grants.get(cid)
         return (None, None) if grant is None else self.pools[grant.pool].placement
-
-    def group_of(self, cid: str) -> str | None:
-        grant = self.grants.get(cid)
-        return None if grant is None else grant.pool
 
     def group_state(self) -> dict[str, Any]:
         return self._group_state
