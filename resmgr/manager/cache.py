@@ -61,11 +61,6 @@ class CacheData:
             raise CacheError(f"malformed cache: {exc}") from None
 
 
-def encode_extra(policy_extra: dict[str, Any]) -> str:
-    """A policy's own state as JSON text: taken while the state is consistent, encoded with the rest later."""
-    return json.dumps(policy_extra, separators=(",", ":"))
-
-
 class CacheEncoder:
     """The one writer of CacheData's layout.
 
@@ -97,16 +92,15 @@ class CacheEncoder:
         return "{" + ",".join(parts) + "}"
 
     def encode(self, *, pods: dict[str, Any], containers: dict[str, Any], policy: str | None,
-               grants: dict[str, Any] | None, policy_extra: dict[str, Any] | str, config: dict[str, Any] | None,
+               grants: dict[str, Any] | None, policy_extra: dict[str, Any], config: dict[str, Any] | None,
                config_source: str) -> bytes:
-        """The cache document; ``policy_data`` is ``{"grants": ..., **policy_extra}`` (no grants key if None).
-        ``policy_extra`` may come as its JSON text already (``encode_extra``)."""
+        """The cache document; ``policy_data`` is ``{"grants": ..., **policy_extra}`` (no grants key if None)."""
         dumps = json.dumps
-        extra = policy_extra if isinstance(policy_extra, str) else encode_extra(policy_extra)
+        extra = dumps(policy_extra, separators=(",", ":"))
         if grants is None:
             policy_data = extra
         else:
-            policy_data = '{"grants":' + self._section("grants", grants) + ("," + extra[1:] if extra != "{}" else "}")
+            policy_data = '{"grants":' + self._section("grants", grants) + ("," + extra[1:] if policy_extra else "}")
         return (
             '{"version":' + str(CACHE_VERSION)
             + ',"pods":' + self._section("pods", pods)
