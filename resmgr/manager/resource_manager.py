@@ -377,10 +377,9 @@ class ResourceManager:
             unknown = request.pod_sandbox_id not in self.pods
         else:
             return
-        if unknown and not self._resync_wanted:
-            log.info("%s for a %s the resource manager never saw: resyncing with the runtime", method,
-                     "container" if method in self._UNKNOWN_CONTAINER_CALLS else "pod")
-            self._resync_wanted = True
+        if unknown:
+            self.request_resync(f"{method} for a {'container' if method in self._UNKNOWN_CONTAINER_CALLS else 'pod'} "
+                                "the resource manager never saw")
 
     def resync_wanted(self) -> bool:
         return self._resync_wanted
