@@ -18,7 +18,7 @@ Main = Callable[[], int | None]
 
 # Explicit imports inside functions: PyInstaller's analysis sees them, Python runs only the one needed.
 def _resmgr() -> Main:
-    from resmgr.cli import main
+    from resmgr.launch import main
     return main
 
 

@@ -15,6 +15,7 @@ from resmgr.options import (
     AGENT_SOCKET_DIR,
     AGENT_SOCKET_GROUP,
     DEFAULT_RELAY_SOCKET,
+    RELAY_ENVIRONMENT,
 )
 
 UNIT = "cri-resource-manager.service"
@@ -67,7 +68,8 @@ def render_unit(settings: UnitSettings) -> bytes:
                   state_dir_name=RELAY_STATE_DIR.removeprefix("/var/lib/"),
                   runtime_dir_name=RELAY_RUNTIME_DIR.removeprefix("/var/run/"),
                   agent_dir=AGENT_SOCKET_DIR,
-                  agent_socket_group=AGENT_SOCKET_GROUP, memory_max=settings.memory_max, tasks_max=settings.tasks_max)
+                  agent_socket_group=AGENT_SOCKET_GROUP, environment=RELAY_ENVIRONMENT,
+                  memory_max=settings.memory_max, tasks_max=settings.tasks_max)
 
 
 def config_options(static: StaticConfig) -> list[str]:

@@ -35,7 +35,6 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from concurrent import futures
 from dataclasses import dataclass, field
 
 from resmgr.relay.dump import Dumper
@@ -43,6 +42,7 @@ from resmgr.relay.hpack_reader import HeaderReader
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import MAX_MESSAGE_BYTES, CriMethod, cri_methods, short_name
 from resmgr.relay.metrics import RelayMetrics
+from resmgr.relay.workers import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +105,25 @@ class UpstreamCallError(Exception):
         self.code = code
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
+class _Route:
+    """What the relay does with calls to one path (the same for every call: worked out once)."""
+
+    path: str
+    name: str  # short_name(path)
+    known: bool
+    intercepted: bool
+    server_streaming: bool
+    method: CriMethod | None
+
+
+@dataclass(eq=False, slots=True)
 class _Stream:
     stream_id: int
     path: str
     name: str
     started: float
+    known: bool = False  # a CRI method (metrics name it; others count as "other")
     method: CriMethod | None = None
     hold: bool = False  # intercepted: request DATA is held for the hook
     collect: bool = False  # keep request/response bytes (interception or dumping)
@@ -166,7 +179,10 @@ class _Connection:
         # What the runtime lets the relay send: the connection window, and the stream windows of
         # held (intercepted) streams. Rewritten requests may be larger than the client's, so the
         # relay must respect these itself rather than trust the client's view of them.
-        self.flow = threading.Condition()
+        # Plain ``with self.flow_lock`` on the per-call paths: Condition's own __enter__ is Python code.
+        self.flow_lock = threading.Lock()
+        self.flow = threading.Condition(self.flow_lock)
+        self.window_waiters = 0  # threads in _wait_window: WINDOW_UPDATEs notify only if there are any
         self.send_window = DEFAULT_WINDOW
         self.stream_initial_window = DEFAULT_WINDOW
         self.stream_windows: dict[int, int] = {}
@@ -400,7 +416,7 @@ class _Connection:
         """Fast path: claim ``size`` bytes of the connection window if all of it is there."""
         if not size:
             return True
-        with self.flow:
+        with self.flow_lock:
             if self.send_window >= size:
                 self.send_window -= size
                 return True
@@ -423,7 +439,11 @@ class _Connection:
                     if stream_id is not None:
                         self.stream_windows[stream_id] -= take
                     return take
-                self.flow.wait(1.0)
+                self.window_waiters += 1
+                try:
+                    self.flow.wait(1.0)
+                finally:
+                    self.window_waiters -= 1
 
     def _send_within_window(self, chunk: bytes | bytearray | memoryview) -> None:
         """Slow path: forward ``chunk`` frame by frame, splitting DATA to fit the runtime's window."""
@@ -468,23 +488,23 @@ class _Connection:
             return
         if sid in self.streams:
             return  # trailers of a client-streaming call
-        self.last_client_stream = max(self.last_client_stream, sid)
-        path = ""
+        if sid > self.last_client_stream:
+            self.last_client_stream = sid
+        path = b""
         for name, value in headers:
             if name == b":path":
-                path = value.decode("utf-8", "replace")
+                path = value
                 break
-        name = short_name(path)
-        stream = _Stream(sid, path, name, time.perf_counter())
-        if path in self.server.intercepted:
-            stream.method = cri_methods()[path]
+        route = self.server.route(path)
+        stream = _Stream(sid, route.path, route.name, time.perf_counter(), known=route.known)
+        if route.intercepted:
+            stream.method = route.method
             stream.hold = stream.collect = True
-            with self.flow:
+            with self.flow_lock:
                 self.stream_windows[sid] = self.stream_initial_window
-        elif self.server.dumper.enabled(name):
+        elif self.server.dumper.enabled(route.name):
             stream.collect = True
-            method = cri_methods().get(path)
-            stream.keep_response = method is None or not method.server_streaming
+            stream.keep_response = not route.server_streaming
         self.streams[sid] = stream
 
     def _go_blind(self, reason: str) -> None:
@@ -607,14 +627,15 @@ class _Connection:
                 self._finish(stream, code, "stream reset by the runtime")
         elif ftype == WINDOW_UPDATE:
             increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
-            with self.flow:
+            with self.flow_lock:
                 if sid == 0:
                     self.send_window += increment
                 elif sid in self.stream_windows:
                     self.stream_windows[sid] += increment
                 else:
                     return
-                self.flow.notify_all()
+                if self.window_waiters:
+                    self.flow.notify_all()
         elif ftype == SETTINGS and not flags & FLAG_ACK:
             for i in range(0, len(payload) - 5, 6):
                 key, value = int.from_bytes(payload[i:i + 2], "big"), int.from_bytes(payload[i + 2:i + 6], "big")
@@ -644,8 +665,7 @@ class _Connection:
             return
         latency = time.perf_counter() - stream.started
         code_name = status_name(code)
-        self.server.metrics.observe(stream.name if stream.method or stream.path in cri_methods() else "other",
-                                    code_name, latency)
+        self.server.metrics.observe(stream.name if stream.known else "other", code_name, latency)
         dumper = self.server.dumper
         if dumper.enabled(stream.name):
             request = grpc_message(bytes(stream.request)) if stream.collect else None
@@ -712,11 +732,12 @@ class SpliceServer:
         self.dumper = dumper
         self.intercepted = intercepted
         # An intercepted call keeps its worker until the runtime answers (a StopContainer: its whole grace
-        # period), and calls are no longer serialized: enough workers that parallel pod starts and slow
-        # stops do not queue behind each other (threads are made only when needed).
-        self.workers = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="intercept")
+        # period), and calls are not serialized: enough workers that parallel pod starts and slow stops
+        # do not queue behind each other (made when needed, retired when idle).
+        self.workers = WorkerPool(max_workers, name="intercept")
         self.connect_timeout = connect_timeout
         self.connections: set[_Connection] = set()
+        self._routes: dict[bytes, _Route] = {}  # CRI paths only: any other path is worked out per call
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._accepting = threading.Event()
@@ -791,6 +812,19 @@ class SpliceServer:
             self.connections.add(connection)
         connection.run()
 
+    def route(self, raw_path: bytes) -> _Route:
+        """How calls to ``raw_path`` (the :path header's bytes) are handled."""
+        route = self._routes.get(raw_path)
+        if route is None:
+            path = raw_path.decode("utf-8", "replace")
+            method = cri_methods().get(path)
+            route = _Route(path, short_name(path), method is not None, path in self.intercepted,
+                           method is not None and method.server_streaming,
+                           method if path in self.intercepted else None)
+            if method is not None:  # bounded: a client inventing paths must not grow this
+                self._routes[raw_path] = route
+        return route
+
     def forget(self, connection: _Connection) -> None:
         with self._lock:
             self.connections.discard(connection)
@@ -816,4 +850,4 @@ class SpliceServer:
             connection._shutdown()
         for connection in connections:
             connection.closed.wait(5)
-        self.workers.shutdown(wait=False)
+        self.workers.shutdown()

@@ -19,6 +19,8 @@ import grpc
 from cri_api.v1 import api_pb2, api_pb2_grpc
 from fixtures.procs import Process
 
+from resmgr.options import RELAY_ENVIRONMENT
+
 
 def cri_resmgr_executable() -> str:
     exe = shutil.which("cri-resmgr", path=str(Path(sys.executable).parent))
@@ -79,7 +81,8 @@ class RelayProcess:
 
     def start(self, timeout: float = 60, wait: bool = True) -> RelayProcess:
         """Launch; unless ``wait`` is false, return once the relay answers CRI Version."""
-        self.proc = Process(self.name, self.argv, self.workdir)
+        # As the installer's unit runs it.
+        self.proc = Process(self.name, self.argv, self.workdir, env={**os.environ, **RELAY_ENVIRONMENT})
         if wait:
             self.proc.wait_until(lambda: answers_version(self.endpoint), "relay answers CRI Version", timeout)
         return self

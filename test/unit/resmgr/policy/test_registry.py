@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed
 
 from resmgr.config import POLICY_NAMES, ConfigError, validate_config_text
-from resmgr.policy.registry import available_policies, create_policy
+from resmgr.policy.registry import available_policies, create_policy, policy_class
 from resmgr.topology import Topology
 
 
@@ -26,6 +28,25 @@ def test_topology_dependent_config_errors(topologies: dict[str, Topology], text:
     with pytest.raises(ConfigError) as info:
         create_policy(validate_config_text(text), topologies["2s-2n-16c-2t"])
     assert info.value.field == field
+
+
+def test_each_entry_names_its_own_class() -> None:
+    for name in POLICY_NAMES:
+        cls = policy_class(name)
+        assert cls is not None and cls.name == name
+    assert policy_class("no-such-policy") is None
+
+
+def test_only_the_active_policy_is_imported() -> None:
+    """The relay imports the policy it runs, not all of them (resident memory)."""
+    script = ("import sys, resmgr.cli\n"
+              "from resmgr.policy.registry import create_policy\n"
+              "from resmgr.topology.model import Topology\n"
+              "before = sorted(m for m in sys.modules if m.startswith('resmgr.policy.'))\n"
+              "print(' '.join(before))\n")
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True).stdout.split()
+    policies = {m.rsplit(".", 1)[1] for m in out} & {n.replace("-", "_") for n in POLICY_NAMES}
+    assert policies == set(), f"policy modules imported before any policy is created: {policies}"
 
 
 def test_policy_registry_always_offers_none():
