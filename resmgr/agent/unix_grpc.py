@@ -1,6 +1,6 @@
 """grpcio on unix sockets for cri-resmgr-agent: serving the Agent API, dialling the config socket.
 
-cri-resmgr itself serves and dials with grpclib (resmgr.rpc.unixrpc), to stay small.
+cri-resmgr itself serves and dials with resmgr.rpc.unixrpc (unary gRPC on h2), to stay small.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The client cri-resmgr uses to ask cri-resmgr-agent for cluster operations on its node (grpclib, no grpcio)."""
+"""The client cri-resmgr uses to ask cri-resmgr-agent for cluster operations on its node (no grpcio)."""
 
 from __future__ import annotations
 

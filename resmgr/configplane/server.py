@@ -1,4 +1,4 @@
-"""The Config service (resmgr/proto/config.proto) over a ConfigPlane, served with grpclib (resmgr.rpc.unixrpc)."""
+"""The Config service (resmgr/proto/config.proto) over a ConfigPlane, served by resmgr.rpc.unixrpc."""
 
 from __future__ import annotations
 

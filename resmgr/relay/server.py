@@ -69,7 +69,7 @@ class Relay:
         elif transport == "splice" and endpoint_path(self.image_socket) != endpoint_path(runtime_socket):
             raise ValueError("the splice transport needs the image service on the runtime socket; use grpc")
         self.transport = transport
-        # The relay's own calls (startup sync, container updates) use grpclib, never grpcio:
+        # The relay's own calls (startup sync, container updates) use resmgr.rpc.unixrpc, never grpcio:
         # importing grpcio would double the relay's memory (see resmgr.rpc.unixrpc).
         self.runtime = UnaryClient(endpoint_path(runtime_socket))
         self.image = self.runtime if self.image_socket == runtime_socket else UnaryClient(

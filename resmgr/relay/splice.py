@@ -43,6 +43,7 @@ from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import MAX_MESSAGE_BYTES, CriMethod, cri_methods, short_name
 from resmgr.relay.metrics import RelayMetrics
 from resmgr.relay.workers import WorkerPool
+from resmgr.rpc.status import status_name
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +71,8 @@ MAX_HEADER_LIST = 1 << 24
 H2_CANCEL = 0x8
 H2_ENHANCE_YOUR_CALM = 0xB  # grpc-go reports it as RESOURCE_EXHAUSTED
 
-# grpc-status numbers to names (https://grpc.github.io/grpc/core/md_doc_statuscodes.html).
-STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-                "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
-                "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
 OK, CANCELLED, UNKNOWN = 0, 1, 2
 RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE = 8, 13, 14
-
-
-def status_name(code: int) -> str:
-    return STATUS_NAMES[code] if 0 <= code < len(STATUS_NAMES) else f"CODE_{code}"
 
 
 def frame(ftype: int, flags: int, stream_id: int, payload: bytes) -> bytes:

@@ -1,1 +1,1 @@
-"""Transport for cri-resmgr's own calls: grpclib on unix sockets (``unixrpc``) and socket paths (``sockets``)."""
+"""Transport for cri-resmgr's own calls: unary gRPC on unix sockets (``unixrpc``) and socket paths (``sockets``)."""

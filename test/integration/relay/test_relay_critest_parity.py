@@ -91,6 +91,15 @@ def critest_side(tools: Tools, tar: Path, workdir: Path, name: str) -> dict[str,
 # ExecSync in 9 of 9 isolated runs (directly, splice and grpc alike), yet passed once through grpc in a
 # run under heavy load: a race, which would make the comparison non-deterministic.
 NOT_COMPARED = "runtime should support execSync with timeout"
+# Specs the runtime itself fails now and then, directly: for these the relay must pass whenever the direct
+# run passes, and may pass when the direct run failed (it cannot make the runtime fail). On containerd
+# 1.6.20 the OOM spec read reason "Error" instead of "OOMKilled" once, directly, with both relays passing
+# (in a run of the relay test files; the next 3 runs passed on all three sides): the kernel's OOM event
+# raced the task's exit.
+RUNTIME_RACES = frozenset({
+    "[k8s.io] Container OOM / runtime should output OOMKilled reason / should terminate with exitCode 137 "
+    "and reason OOMKilled",
+})
 
 
 def run_critest(critest: str, endpoint: str, workdir: Path, name: str) -> dict[str, str]:
@@ -148,6 +157,10 @@ def test_critest_parity(tools):
         relayed = results[transport]
         print(f"critest through the relay ({transport}): {summary(relayed)}")
         differences = {k: (direct.get(k), relayed.get(k)) for k in direct.keys() | relayed.keys()
-                       if direct.get(k) != relayed.get(k)}
+                       if direct.get(k) != relayed.get(k)
+                       and not (k in RUNTIME_RACES and (direct.get(k), relayed.get(k)) == ("failed", "passed"))}
+        for spec in sorted(RUNTIME_RACES & direct.keys()):
+            if direct[spec] != relayed.get(spec):
+                print(f"  {spec}: {direct[spec]} directly, {relayed.get(spec)} through {transport} (runtime race)")
         assert not differences, f"critest results differ (direct, {transport}): {json.dumps(differences, indent=1)}"
     shutil.rmtree(workdir, ignore_errors=True)  # kept for inspection when the comparison fails

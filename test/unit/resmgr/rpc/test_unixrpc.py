@@ -1,4 +1,4 @@
-"""resmgr.rpc.unixrpc (grpclib on unix sockets) and resmgr.relay.cri: cri-resmgr's own calls without grpcio."""
+"""resmgr.rpc.unixrpc (unary gRPC on h2, unix sockets) and resmgr.relay.cri: cri-resmgr's own calls without grpcio."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -81,7 +82,6 @@ def test_grpcio_clients_interoperate(sock: str) -> None:
         with pytest.raises(grpc.RpcError) as err:
             channel.unary_unary(SET_CONFIG)(b"\xff\xff\xff", timeout=10)  # not a SetConfigRequest
         assert err.value.code() != grpc.StatusCode.OK
-        # (grpclib's own client reads this trailers-only answer as UNKNOWN: it lacks a content-type.)
         with pytest.raises(grpc.RpcError) as err:
             channel.unary_unary("/criresmgr.v1.Config/NoSuchMethod")(b"", timeout=10)
         assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
@@ -146,11 +146,64 @@ def run_python(code: str) -> str:
                           check=True).stdout.strip()
 
 
-def test_cri_resmgr_never_imports_grpcio() -> None:
-    """grpcio would add ~20 MB to the relay's RSS (bench-relay's rss_mb); it must stay out of cri-resmgr."""
+def test_cri_resmgr_never_imports_grpcio_or_asyncio() -> None:
+    """grpcio would add ~20 MB to the relay's RSS (bench-relay's rss_mb), asyncio with grpclib 3.5 MB;
+    they must stay out of cri-resmgr."""
     out = run_python("import sys, resmgr.cli, resmgr.relay.server\n"
-                     "print(sorted(m for m in sys.modules if m == 'grpc' or m.startswith(('grpc.', 'grpc_'))))")
+                     "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'grpclib', 'asyncio')"
+                     " or m.startswith('grpc_')))")
     assert out == "[]"
+
+
+def test_big_messages_both_ways_and_concurrent_callers(sock: str) -> None:
+    """Messages far over HTTP/2's 64 KiB initial windows, from many threads on one connection."""
+    def echo(request: config_pb2.SetConfigRequest) -> config_pb2.SetConfigReply:
+        return config_pb2.SetConfigReply(error=request.config["blob"][::-1])
+
+    server = UnaryServer(sock, service_methods(CONFIG, {"SetConfig": echo}), "test", max_workers=4).start()
+    client = UnaryClient(sock)
+    try:
+        def call(i: int) -> None:
+            blob = f"{i}-" + "x" * (3 << 20) + f"-{i}"
+            reply = client.call(SET_CONFIG, config_pb2.SetConfigRequest(config={"blob": blob}),
+                                config_pb2.SetConfigReply, 30)
+            assert reply.error == blob[::-1]
+
+        with futures.ThreadPoolExecutor(6) as pool:
+            for result in [pool.submit(call, i) for i in range(6)]:
+                result.result(60)  # raises what the call raised
+    finally:
+        client.close()
+        server.stop()
+
+
+def test_calls_a_grpcio_server(sock: str) -> None:
+    """cri-resmgr calls the agent's Agent API, served by grpcio: big answers, errors and unknown methods."""
+    def handler(request: bytes, context: grpc.ServicerContext) -> bytes:
+        req = config_pb2.SetConfigRequest.FromString(request)
+        if req.source == "not-found":
+            context.abort(grpc.StatusCode.NOT_FOUND, "no such node: ünïcode % ok")
+        return config_pb2.SetConfigReply(error="y" * (2 << 20)).SerializeToString()
+
+    server = grpc.server(futures.ThreadPoolExecutor(2), options=[("grpc.max_send_message_length", 64 << 20),
+                                                                 ("grpc.max_receive_message_length", 64 << 20)])
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        "criresmgr.v1.Config", {"SetConfig": grpc.unary_unary_rpc_method_handler(handler)})])
+    server.add_insecure_port("unix://" + sock)
+    server.start()
+    client = UnaryClient(sock)
+    try:
+        reply = client.call(SET_CONFIG, config_pb2.SetConfigRequest(), config_pb2.SetConfigReply, 10)
+        assert len(reply.error) == 2 << 20
+        with pytest.raises(RpcError) as err:
+            client.call(SET_CONFIG, config_pb2.SetConfigRequest(source="not-found"), config_pb2.SetConfigReply, 10)
+        assert (err.value.code, err.value.message) == ("NOT_FOUND", "no such node: ünïcode % ok")
+        with pytest.raises(RpcError) as err:
+            client.call("/criresmgr.v1.Config/NoSuchMethod", b"", bytes, 10)
+        assert err.value.code == "UNIMPLEMENTED"
+    finally:
+        client.close()
+        server.stop(0)
 
 
 def test_cri_api_package_still_works_after_deferred_init() -> None:
