@@ -3,6 +3,7 @@ cpusets a runtime would have applied (create-time request plus ContainerUpdates)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +84,15 @@ class Driver:
         self.runtime.apply(self.rm.after("CreateContainer", sent, resp, result.call))
         return cid
 
-    def call(self, method: str, request: Any, response: Any, *, fail: bool = False) -> None:
-        """One relayed call; with ``fail`` the runtime refuses it: ``failed`` instead of ``after``."""
+    def call(self, method: str, request: Any, response: Any, *, fail: bool = False,
+             send: Callable[[list[ContainerUpdate]], None] | None = None) -> None:
+        """One relayed call; with ``fail`` the runtime refuses it: ``failed`` instead of ``after``.
+        ``send`` delivers the container updates (default: straight to the runtime)."""
+        send = send or self.runtime.apply
         result = self.rm.before(method, request)
-        self.runtime.apply(result.updates)
+        send(result.updates)
         if fail:
-            self.runtime.apply(self.rm.failed(method, result.request or request, result.call))
+            send(self.rm.failed(method, result.request or request, result.call))
             return
         if method == "UpdateContainerResources":
             sent = result.request or request
@@ -103,12 +107,13 @@ class Driver:
                 for d in (self.runtime.cpusets, self.runtime.container_pod, self.runtime.container_name):
                     d.pop(cid, None)
             self.runtime.pods.pop(request.pod_sandbox_id, None)
-        self.runtime.apply(self.rm.after(method, request, response, result.call))
+        send(self.rm.after(method, request, response, result.call))
 
-    def remove_container(self, cid: str) -> None:
-        self.call("StopContainer", api_pb2.StopContainerRequest(container_id=cid), api_pb2.StopContainerResponse())
+    def remove_container(self, cid: str, send: Callable[[list[ContainerUpdate]], None] | None = None) -> None:
+        self.call("StopContainer", api_pb2.StopContainerRequest(container_id=cid), api_pb2.StopContainerResponse(),
+                  send=send)
         self.call("RemoveContainer", api_pb2.RemoveContainerRequest(container_id=cid),
-                  api_pb2.RemoveContainerResponse())
+                  api_pb2.RemoveContainerResponse(), send=send)
 
     def remove_pod(self, pod_id: str) -> None:
         self.call("StopPodSandbox", api_pb2.StopPodSandboxRequest(pod_sandbox_id=pod_id),

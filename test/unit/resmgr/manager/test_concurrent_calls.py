@@ -200,7 +200,8 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
             if idle:
                 cid = data.draw(st.sampled_from(idle))
                 freed = self.d.rm.policy.grants.get(cid)
-                self.d.remove_container(cid)
+                # Its updates for other containers go in decision order too, as every update in the relay does.
+                self.d.remove_container(cid, send=self.send)
                 if freed is not None and freed.exclusive:
                     owned = set().union(*self.d.rm.policy.exclusive_sets().values())
                     assert not freed.exclusive & owned, "freed exclusive CPUs still owned"
@@ -241,7 +242,7 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
                 call = self.inflight.pop()
                 self.send(self.d.rm.failed(call.method, call.result.request or call.request, call.result.call))
             for cid in sorted(self.d.runtime.cpusets):
-                self.d.remove_container(cid)
+                self.d.remove_container(cid, send=self.send)
             assert not self.d.rm.policy.containers
             if self.d.rm.policy.name != "balloons":
                 assert self.d.rm.policy.exclusive_sets() == self.initial
