@@ -67,14 +67,16 @@ def test_two_replicas_one_active_and_takeover(seed, seed_api, tools, base_config
                  timeout=120, operator=standby)
         seed.create_extension(first, None)
         wait_for(lambda: succeeded(seed, first), "reconcile by the active replica", operator=active)
-        assert reconciled_by(active, first) and not reconciled_by(standby, first)
+        # The reconciler logs its success after the status patch that `succeeded` sees: wait for the line.
+        wait_for(lambda: reconciled_by(active, first), "the active replica's reconcile log line", operator=active)
+        assert not reconciled_by(standby, first)
         assert extension_stream_paused(standby)
 
         active.stop(sig=signal.SIGKILL)
         seed.create_extension(second, None)
         wait_for(lambda: succeeded(seed, second), "reconcile by the standby after takeover", timeout=90,
                  operator=standby)
-        assert reconciled_by(standby, second)
+        wait_for(lambda: reconciled_by(standby, second), "the standby's reconcile log line", operator=standby)
     finally:
         active.stop()
         standby.stop()
