@@ -20,10 +20,19 @@ def test_every_nodes_relay_metrics_through_the_api_server_pod_proxy(inside):
     t.enable(scenarios.provider_config())
     scenarios.assert_nodes(t, installed=True)
     shoot = t.shoot()
-    endpoints = shoot.get_json("endpoints", "-n", "kube-system", "cri-resmgr-metrics")
-    targets = {a["targetRef"]["name"]: a["nodeName"] for s in endpoints.get("subsets", [])
-               for a in s.get("addresses", []) + s.get("notReadyAddresses", [])}
-    assert sorted(targets.values()) == sorted(shoot_ops.shoot_nodes(shoot)), endpoints
+    nodes = sorted(shoot_ops.shoot_nodes(shoot))
+    targets: dict[str, str] = {}
+
+    def every_node_listed() -> tuple[bool, str]:
+        # The endpoints controller lists an agent pod a moment after the pod exists: CI once read the
+        # Service's endpoints with one of two agents missing, right after every node recorded "installed".
+        endpoints = shoot.get_json("endpoints", "-n", "kube-system", "cri-resmgr-metrics")
+        targets.clear()
+        targets.update({a["targetRef"]["name"]: a["nodeName"] for s in endpoints.get("subsets", [])
+                        for a in s.get("addresses", []) + s.get("notReadyAddresses", [])})
+        return sorted(targets.values()) == nodes, f"endpoints on {sorted(targets.values())}, nodes {nodes}"
+
+    shoot_ops.wait_until("an agent endpoint on every node", every_node_listed, 60, 2)
 
     for pod, node in targets.items():
         def relay_series(pod: str = pod) -> tuple[bool, str]:
