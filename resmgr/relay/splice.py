@@ -43,7 +43,7 @@ from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import MAX_MESSAGE_BYTES, CriMethod, cri_methods, short_name
 from resmgr.relay.metrics import RelayMetrics
 from resmgr.relay.workers import WorkerPool
-from resmgr.rpc.status import status_name
+from resmgr.rpc.wire import grpc_frame, grpc_message, status_name
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +77,6 @@ RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE = 8, 13, 14
 
 def frame(ftype: int, flags: int, stream_id: int, payload: bytes) -> bytes:
     return len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + stream_id.to_bytes(4, "big") + payload
-
-
-def grpc_message(data: bytes) -> bytes | None:
-    """The single uncompressed message in gRPC length-prefixed framing, or None if it is anything else."""
-    if len(data) < 5 or data[0] != 0 or int.from_bytes(data[1:5], "big") != len(data) - 5:
-        return None
-    return data[5:]
-
-
-def grpc_frame(message: bytes) -> bytes:
-    return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
 class UpstreamCallError(Exception):

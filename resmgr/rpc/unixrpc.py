@@ -32,7 +32,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
 from resmgr.rpc.sockets import remove_stale_socket
-from resmgr.rpc.status import STATUS_CODES, status_name
+from resmgr.rpc.wire import STATUS_CODES, grpc_frame, grpc_message, status_name
 
 log = logging.getLogger("resmgr.unixrpc")
 
@@ -53,15 +53,12 @@ class RpcError(Exception):
         self.message = message
 
 
-def _frame(message: bytes) -> bytes:
-    return b"\x00" + len(message).to_bytes(4, "big") + message
-
-
 def _unframe(body: bytes | bytearray) -> bytes:
     """The one uncompressed message of a unary body; RpcError INTERNAL for anything else."""
-    if len(body) < 5 or body[0] != 0 or int.from_bytes(body[1:5], "big") != len(body) - 5:
+    message = grpc_message(bytes(body))
+    if message is None:
         raise RpcError("INTERNAL", "body is not one uncompressed gRPC message")
-    return bytes(body[5:])
+    return message
 
 
 def _encode(message: Any) -> bytes:
@@ -124,8 +121,9 @@ class _Connection:
         if data:
             self.sock.sendall(data)
 
-    def send_body(self, stream_id: int, body: bytes, deadline: float | None) -> None:
-        """Send ``body`` on ``stream_id`` as the peer's windows allow (``cond`` held; waits release it)."""
+    def send_body(self, stream_id: int, body: bytes, deadline: float | None, *, end_stream: bool = True) -> None:
+        """Send ``body`` on ``stream_id`` as the peer's windows allow (``cond`` held; waits release it);
+        ``end_stream`` false leaves the stream open for trailers."""
         sent = 0
         while sent < len(body):
             if self.closed:
@@ -142,7 +140,7 @@ class _Connection:
                 continue
             chunk = body[sent:sent + window]
             sent += len(chunk)
-            self.h2.send_data(stream_id, chunk, end_stream=sent >= len(body))
+            self.h2.send_data(stream_id, chunk, end_stream=end_stream and sent >= len(body))
             self.flush()
 
     def close(self) -> None:
@@ -252,7 +250,7 @@ class UnaryClient:
     def call(self, path: str, request: Any, reply_type: type[T], timeout: float) -> T:
         """Call ``path`` (``/pkg.Service/Method``); raise RpcError with the status on failure."""
         deadline = time.monotonic() + timeout
-        body = _frame(_encode(request))
+        body = grpc_frame(_encode(request))
         connection = self._connect(timeout)
         headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", path.encode()),
                    (b":authority", b"localhost"), (b"content-type", b"application/grpc"), (b"te", b"trailers"),
@@ -421,7 +419,7 @@ class UnaryServer:
             if stream.oversized:
                 raise RpcError("RESOURCE_EXHAUSTED", f"request over {MAX_MESSAGE_BYTES} bytes")
             request = _decode(_unframe(stream.body), request_type)
-            return "OK", "", _frame(_encode(function(request)))
+            return "OK", "", grpc_frame(_encode(function(request)))
         except RpcError as err:
             return (err.code if err.code in STATUS_CODES else "UNKNOWN"), err.message, None
         except Exception as err:
@@ -442,22 +440,10 @@ class UnaryServer:
                     return
                 connection.h2.send_headers(stream_id, headers)
                 connection.flush()
-                # The body is sent with END_STREAM only through the trailers below.
-                sent = 0
-                while sent < len(body):
-                    if connection.closed:
-                        return
-                    window = min(connection.h2.local_flow_control_window(stream_id),
-                                 connection.h2.max_outbound_frame_size)
-                    if window <= 0:
-                        connection.cond.wait(1.0)
-                        continue
-                    connection.h2.send_data(stream_id, body[sent:sent + window])
-                    sent += window
-                    connection.flush()
+                connection.send_body(stream_id, body, None, end_stream=False)  # the trailers end the stream
                 connection.h2.send_headers(stream_id, status, end_stream=True)
                 connection.flush()
-            except (OSError, h2.exceptions.H2Error) as err:  # the client went away or reset the call
+            except (OSError, h2.exceptions.H2Error, RpcError) as err:  # the client went away or reset the call
                 log.debug("%s API answer not sent: %s", connection.name, err)
 
     def stop(self, grace: float = 1.0) -> None:

@@ -22,7 +22,8 @@ from resmgr.relay.dump import Dumper
 from resmgr.relay.hooks import INTERCEPTED_METHODS, HookResult, NoopHook
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.metrics import RelayMetrics
-from resmgr.relay.splice import SpliceServer, _Connection, grpc_frame, grpc_message
+from resmgr.relay.splice import SpliceServer, _Connection
+from resmgr.rpc.wire import grpc_frame, grpc_message
 
 CREATE = "/runtime.v1.RuntimeService/CreateContainer"
 
