@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -23,7 +24,7 @@ from resmgr.logsetup import parse_debug_modules, set_debug_modules, setup_loggin
 from resmgr.manager.cache import CacheError, reset_cache
 from resmgr.manager.cpu_usage import Rebalancer
 from resmgr.manager.resource_manager import ResourceManager
-from resmgr.options import build_parser
+from resmgr.options import SHUTDOWN_MARGIN_S, build_parser
 from resmgr.policy.registry import available_policies
 from resmgr.relay.dump import Dumper
 from resmgr.relay.hooks import ResourceManagerHook
@@ -84,6 +85,12 @@ class _HookApplier:
         return {cid: "this relay has no resource manager" for cid in overrides}
 
 
+def exit_by_force_after(seconds: float) -> None:
+    """Should shutting down get stuck, print every thread's stack to stderr and exit with status 1
+    after ``seconds``: a relay that never exits holds its node's poweroff until systemd kills it."""
+    faulthandler.dump_traceback_later(seconds, exit=True)  # its own C thread: works even if Python is stuck
+
+
 class _Runner:
     """Holds the running relay and config plane, and reacts to signals."""
 
@@ -101,7 +108,9 @@ class _Runner:
         self.wake = threading.Event()
 
     def on_terminate(self, signum: int, _frame: Any) -> None:
-        log.info("received %s; shutting down", signal.Signals(signum).name)
+        limit = self.args.shutdown_grace + SHUTDOWN_MARGIN_S
+        log.info("received %s; shutting down", signal.Signals(signum).name, extra={"force_exit_after_s": limit})
+        exit_by_force_after(limit)
         self.relay.stopping.set()
         self.wake.set()
 

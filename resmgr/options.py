@@ -53,9 +53,10 @@ Config sources, highest first: --force-config (disables config from the agent),
 the last config the agent pushed and cri-resmgr applied (cached in --relay-dir),
 --fallback-config, built-in defaults (policy none).
 
-Signals: SIGTERM/SIGINT drain in-flight calls and exit; SIGHUP (or the signal
-given with --force-config-signal) re-reads the --force-config file (dump rules,
-logger.Debug, policy settings).
+Signals: SIGTERM/SIGINT drain in-flight calls and exit (by force, with every
+thread's stack on stderr, if that takes 30 s more than --shutdown-grace);
+SIGHUP (or the signal given with --force-config-signal) re-reads the
+--force-config file (dump rules, logger.Debug, policy settings).
 """
 
 EPILOG = """\
@@ -102,6 +103,10 @@ def _duration(text: str) -> float:
 
 
 # Caught for shutdown, or cannot be caught at all.
+# How much longer than --shutdown-grace the rest of a shutdown may take (each of its steps is bounded,
+# together by about 25 s) before cri-resmgr exits by force, well within systemd's 90 s stop timeout.
+SHUTDOWN_MARGIN_S = 30.0
+
 _RESERVED_SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGSTOP")
 
 
@@ -184,7 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "difference seen twice in a row (kubelet bypassed the relay) triggers a resync "
                               "(default: 30; 0 turns the check off)")
     runtime.add_argument("--shutdown-grace", type=_seconds, default=5.0, metavar="SECONDS",
-                         help="on SIGTERM, how long in-flight calls may take to finish (default: 5)")
+                         help="on SIGTERM, how long in-flight calls may take to finish (default: 5); a shutdown "
+                              f"still not done {SHUTDOWN_MARGIN_S:.0f} s after that prints every thread's stack "
+                              "and exits with status 1")
     runtime.add_argument("--transport", choices=TRANSPORTS, default="auto",
                          help="how calls are relayed: 'splice' copies HTTP/2 frames between kubelet and the "
                               "runtime and reads along (lowest overhead); 'grpc' terminates each call in a gRPC "

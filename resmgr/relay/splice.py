@@ -42,8 +42,8 @@ from resmgr.relay.hpack_reader import HeaderReader
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import MAX_MESSAGE_BYTES, CriMethod, cri_methods, short_name
 from resmgr.relay.metrics import RelayMetrics
-from resmgr.relay.workers import WorkerPool
 from resmgr.rpc.wire import grpc_frame, grpc_message, status_name
+from resmgr.rpc.workers import WorkerPool
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote_to_bytes
@@ -33,6 +32,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from resmgr.rpc.sockets import remove_stale_socket
 from resmgr.rpc.wire import STATUS_CODES, grpc_frame, grpc_message, status_name
+from resmgr.rpc.workers import WorkerPool
 
 log = logging.getLogger("resmgr.unixrpc")
 
@@ -340,7 +340,7 @@ class UnaryServer:
         self.socket_path = socket_path
         self.methods = methods
         self.what = what
-        self._executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=what)
+        self._pool = WorkerPool(max_workers, name=what)  # daemon threads: a stuck handler never blocks exit
         self._listener: socket.socket | None = None
         self._connections: set[_Connection] = set()
         self._lock = threading.Lock()
@@ -395,7 +395,7 @@ class UnaryServer:
         with self._lock:
             self._running += 1
         try:
-            self._executor.submit(self._handle, connection, event.stream_id, stream)
+            self._pool.submit(self._handle, connection, event.stream_id, stream)
         except RuntimeError:  # shut down
             with self._lock:
                 self._running -= 1
@@ -460,7 +460,7 @@ class UnaryServer:
                 connections = list(self._connections)
             for connection in connections:
                 connection.close()
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown()
         try:
             os.unlink(self.socket_path)
         except FileNotFoundError:

@@ -69,6 +69,9 @@ def test_sigterm_drains_in_flight_calls(containerd, workdir, tmp_path):
         assert not os.path.exists(relay.socket) and not relay.pid_file.exists()
         messages = [e["msg"] for e in relay.log_entries()]
         assert "relay draining in-flight calls" in messages and "relay stopped" in messages
+        # A stuck shutdown would end by force: the default 5 s grace plus 30 s.
+        received = [e for e in relay.log_entries() if e["msg"] == "received SIGTERM; shutting down"]
+        assert received and received[0]["force_exit_after_s"] == 35.0
     finally:
         relay.stop()
         containerd.remove_all()

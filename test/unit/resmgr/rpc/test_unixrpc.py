@@ -213,3 +213,33 @@ def test_cri_api_package_still_works_after_deferred_init() -> None:
                      "assert VersionRequest is api_pb2.VersionRequest is resmgr.relay.cri.api_pb2.VersionRequest\n"
                      "print(RuntimeServiceStub.__module__)")
     assert out == "cri_api.v1.api_pb2_grpc"
+
+
+STUCK_HANDLER_THEN_EXIT = """
+import sys, threading
+from resmgr.proto import config_pb2
+from resmgr.rpc.unixrpc import RpcError, UnaryClient, UnaryServer, method_path, service_methods
+CONFIG = config_pb2.DESCRIPTOR.services_by_name["Config"]
+def stuck(request):
+    threading.Event().wait()  # a handler that never returns (say, waiting on a lock forever)
+server = UnaryServer(sys.argv[1], service_methods(CONFIG, {"SetConfig": stuck}), "test").start()
+try:
+    UnaryClient(sys.argv[1]).call(method_path(CONFIG, "SetConfig"), config_pb2.SetConfigRequest(),
+                                  config_pb2.SetConfigReply, timeout=0.5)
+except RpcError as err:
+    print(err.code, flush=True)
+server.stop(grace=0.1)
+"""
+
+
+def test_a_stuck_handler_never_keeps_the_process_from_exiting(sock: str) -> None:
+    # The stdlib's ThreadPoolExecutor joins its threads at exit: a relay whose Config API handler
+    # was stuck never exited on SIGTERM, and its node's poweroff waited for systemd to kill it.
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_HANDLER_THEN_EXIT, sock], stdout=subprocess.PIPE, text=True)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("the process did not exit: a handler still running holds it")
+    assert (proc.returncode, out.strip()) == (0, "DEADLINE_EXCEEDED")

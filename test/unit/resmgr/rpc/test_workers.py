@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from resmgr.relay.workers import WorkerPool
+from resmgr.rpc.workers import WorkerPool
 
 
 def wait_for(predicate, timeout: float = 10.0) -> None:

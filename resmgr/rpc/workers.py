@@ -1,4 +1,7 @@
-"""Threads for intercepted calls: made on demand, and retired once idle.
+"""Threads for calls (the relay's intercepted calls, the Config API's handlers): made on demand,
+retired once idle, and daemon threads, so a call that never returns cannot keep the process from
+exiting (the stdlib's ThreadPoolExecutor joins its threads at exit: a relay with one Config API
+handler stuck never exited on SIGTERM, and held its node's poweroff until systemd killed it).
 
 An intercepted call keeps its thread until the runtime answers (a StopContainer: its whole
 grace period), so a burst of pod starts needs as many threads as calls in flight. The
