@@ -102,11 +102,12 @@ def _duration(text: str) -> float:
     return value
 
 
-# Caught for shutdown, or cannot be caught at all.
-# How much longer than --shutdown-grace the rest of a shutdown may take (each of its steps is bounded,
-# together by about 25 s) before cri-resmgr exits by force, well within systemd's 90 s stop timeout.
+# How much longer than --shutdown-grace the rest of a shutdown may take before cri-resmgr exits by
+# force, well within systemd's 90 s stop timeout. Its steps take well under a second; each of their
+# waits is bounded, and only with every one at its limit (about 40 s, all of them stuck) is this cut short.
 SHUTDOWN_MARGIN_S = 30.0
 
+# Caught for shutdown, or cannot be caught at all.
 _RESERVED_SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGSTOP")
 
 

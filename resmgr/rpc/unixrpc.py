@@ -460,7 +460,7 @@ class UnaryServer:
                 connections = list(self._connections)
             for connection in connections:
                 connection.close()
-            self._pool.shutdown()
+            self._pool.shutdown(cancel_queued=True)  # the connections are closed: no one takes an answer
         try:
             os.unlink(self.socket_path)
         except FileNotFoundError:

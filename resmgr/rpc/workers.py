@@ -1,7 +1,7 @@
 """Threads for calls (the relay's intercepted calls, the Config API's handlers): made on demand,
 retired once idle, and daemon threads, so a call that never returns cannot keep the process from
-exiting (the stdlib's ThreadPoolExecutor joins its threads at exit: a relay with one Config API
-handler stuck never exited on SIGTERM, and held its node's poweroff until systemd killed it).
+exiting. The stdlib's ThreadPoolExecutor joins its threads at exit: one stuck handler kept the
+process alive after SIGTERM (test_unixrpc.py::test_a_stuck_handler_never_keeps_the_process_from_exiting).
 
 An intercepted call keeps its thread until the runtime answers (a StopContainer: its whole
 grace period), so a burst of pod starts needs as many threads as calls in flight. The
@@ -74,10 +74,13 @@ class WorkerPool:
                 self._threads -= 1
             log.error("cannot start a %s thread; the call waits for a busy one", self.name)
 
-    def shutdown(self) -> None:
-        """Take no more calls; idle threads exit, busy ones after the calls already queued."""
+    def shutdown(self, *, cancel_queued: bool = False) -> None:
+        """Take no more calls; idle threads exit, busy ones after the calls already queued (or, with
+        ``cancel_queued``, after their current call: queued calls are dropped)."""
         with self._ready:
             self._stopping = True
+            if cancel_queued:
+                self._calls.clear()
             self._ready.notify_all()
 
     def _next(self) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:

@@ -107,6 +107,24 @@ def test_shutdown_refuses_new_calls_and_lets_threads_go():
         pool.submit(ran.set)
 
 
+def test_shutdown_can_drop_the_queued_calls():
+    pool = WorkerPool(1, idle_seconds=30, name="t")
+    release, started = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def busy() -> None:
+        started.set()
+        release.wait(10)
+        ran.append("busy")
+    pool.submit(busy)
+    assert started.wait(10)
+    pool.submit(ran.append, "queued")  # waits for the one thread
+    pool.shutdown(cancel_queued=True)
+    release.set()
+    wait_for(lambda: pool.threads == 0)
+    assert ran == ["busy"]
+
+
 def test_submits_racing_retirement_never_lose_a_call():
     """Calls submitted just as idle threads time out still all run."""
     pool = WorkerPool(8, idle_seconds=0.01, name="t")
