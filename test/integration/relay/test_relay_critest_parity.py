@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import re
 import secrets
 import shutil
 import subprocess
@@ -86,26 +87,33 @@ def critest_side(tools: Tools, tar: Path, workdir: Path, name: str) -> dict[str,
             relay.stop()
 
 
-# A spec whose result is not a function of the runtime and the transport, left out of the comparison:
-# on containerd 1.6.20 "execSync with timeout" finds the timed-out `sleep` still listed by the next
-# ExecSync in 9 of 9 isolated runs (directly, splice and grpc alike), yet passed once through grpc in a
-# run under heavy load: a race, which would make the comparison non-deterministic.
-NOT_COMPARED = "runtime should support execSync with timeout"
-# Specs the runtime itself fails now and then, directly: for these the relay must pass whenever the direct
-# run passes, and may pass when the direct run failed (it cannot make the runtime fail). On containerd
-# 1.6.20 the OOM spec read reason "Error" instead of "OOMKilled" once, directly, with both relays passing
-# (in a run of the relay test files; the next 3 runs passed on all three sides): the kernel's OOM event
-# raced the task's exit.
-RUNTIME_RACES = frozenset({
-    "[k8s.io] Container OOM / runtime should output OOMKilled reason / should terminate with exitCode 137 "
-    "and reason OOMKilled",
-})
+# Specs whose result is not a function of the runtime and the transport: containerd decides them by a race
+# of its own, so comparing them between two critest runs would make the comparison depend on which side
+# lost the race. They are left out here, and test_relay_runtime_races.py checks the relay's part in them
+# deterministically (the request reaches the runtime, the answer reaches the client byte for byte).
+# - "execSync with timeout": on containerd 1.6.20 the timed-out `sleep` is still listed by the next ExecSync
+#   in 9 of 9 isolated runs (directly, splice and grpc alike), yet it passed once through grpc under load.
+# - "OOMKilled": containerd 1.6 takes the reason from the kernel's OOM event, which races the task's exit; a
+#   status read before the event is handled says "Error". It failed directly once with both relays passing,
+#   and once through splice with the direct run passing (a fresh machine, commit 8c07346). RATE_NOTE below
+#   holds the rate measured on this machine.
+NOT_COMPARED = (
+    "runtime should support execSync with timeout",
+    "runtime should output OOMKilled reason / should terminate with exitCode 137 and reason OOMKilled",
+)
+
+
+def skip_regex(specs: tuple[str, ...]) -> str:
+    """One ginkgo --skip pattern (a regular expression over the spec's full text) for ``specs``; ginkgo
+    matches the hierarchy joined by spaces, so our " / " separators become spaces."""
+    return "|".join(re.escape(spec.replace(" / ", " ")) for spec in specs)
 
 
 def run_critest(critest: str, endpoint: str, workdir: Path, name: str) -> dict[str, str]:
     report = workdir / f"{name}.json"
     r = subprocess.run([critest, "--runtime-endpoint", endpoint, "--image-endpoint", endpoint,
-                        f"--ginkgo.json-report={report}", "--ginkgo.no-color", f"--ginkgo.skip={NOT_COMPARED}"],
+                        f"--ginkgo.json-report={report}", "--ginkgo.no-color",
+                        f"--ginkgo.skip={skip_regex(NOT_COMPARED)}"],
                        capture_output=True, text=True, timeout=1200, cwd=workdir)
     (workdir / f"{name}.out").write_text(r.stdout + r.stderr)
     assert report.exists(), f"critest via {name} wrote no report:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
@@ -149,6 +157,9 @@ def test_critest_parity(tools):
     direct = results["direct"]
     assert direct, "critest ran no specs"
     assert summary(direct).get("passed", 0) > 0, "critest passed nothing directly; the runtime setup is broken"
+    for spec in NOT_COMPARED:  # the skip pattern must still name them, or the race is back in the comparison
+        states = {state for key, state in direct.items() if spec in key}
+        assert states == {"skipped"}, f"{spec!r} was not skipped: {states or 'not in the report'}"
     pulls = failed_on_pull(workdir, "direct")
     print(f"\ncritest direct: {summary(direct)}; failed on an image pull: {pulls}")
     # The one image no local build can provide: its reference carries the upstream manifest's digest.
@@ -157,10 +168,6 @@ def test_critest_parity(tools):
         relayed = results[transport]
         print(f"critest through the relay ({transport}): {summary(relayed)}")
         differences = {k: (direct.get(k), relayed.get(k)) for k in direct.keys() | relayed.keys()
-                       if direct.get(k) != relayed.get(k)
-                       and not (k in RUNTIME_RACES and (direct.get(k), relayed.get(k)) == ("failed", "passed"))}
-        for spec in sorted(RUNTIME_RACES & direct.keys()):
-            if direct[spec] != relayed.get(spec):
-                print(f"  {spec}: {direct[spec]} directly, {relayed.get(spec)} through {transport} (runtime race)")
+                       if direct.get(k) != relayed.get(k)}
         assert not differences, f"critest results differ (direct, {transport}): {json.dumps(differences, indent=1)}"
     shutil.rmtree(workdir, ignore_errors=True)  # kept for inspection when the comparison fails
