@@ -278,8 +278,15 @@ def test_exec_probes_and_liveness_restart(sides):
             return cs["restartCount"] > restarts0 and bool(cs.get("ready")), f"{s.name}: {cs}"
         wait_until(f"{s.name}: liveness restart", restarted, POD_TIMEOUT, 0.5)
         cs = s.pod("probed")["status"]["containerStatuses"][0]
-        events = s.kubectl("get", "events", "--field-selector", "involvedObject.name=probed", "-o", "json").stdout
-        reasons = {e["reason"] for e in json.loads(events)["items"]}
+        reasons: set[str] = set()
+
+        def probe_events() -> tuple[bool, str]:
+            # kubelet's event recorder posts Events asynchronously, after the status the wait above saw.
+            events = s.kubectl("get", "events", "--field-selector", "involvedObject.name=probed", "-o", "json").stdout
+            reasons.clear()
+            reasons.update(e["reason"] for e in json.loads(events)["items"])
+            return {"Unhealthy", "Killing"} <= reasons, f"{s.name}: event reasons {sorted(reasons)}"
+        wait_until(f"{s.name}: the probe's Unhealthy and Killing Events", probe_events, 120, 1)
         s.kubectl("delete", "pod", "probed", "--wait=true", timeout=180)
         return {"restarts": cs["restartCount"] - restarts0, "exit": cs["lastState"]["terminated"]["exitCode"],
                 "unhealthy event": "Unhealthy" in reasons, "killing event": "Killing" in reasons}
@@ -339,6 +346,11 @@ def test_kubectl_exec_attach_logs_port_forward(sides):
             "attach": attach(s),
             "port-forward": port_forward(s),
         }
+        # The attach stream and the container's log file are fed separately (containerd writes the log file
+        # on its own): wait until the log holds the answer the attach stream already showed.
+        if out["attach"] == "got hello-attach":
+            wait_until(f"{s.name}: the attach answer in the log", lambda: (
+                "got hello-attach" in s.kubectl("logs", "io").stdout, "not in kubectl logs yet"), 60, 0.5)
         out["logs"] = s.kubectl("logs", "io").stdout.splitlines()
         s.kubectl("delete", "pod", "io", "--wait=true", timeout=180)
         return out
