@@ -86,8 +86,10 @@ def test_base_config_change_reconciles_every_extension_but_not_one_mid_operation
         ex = seed.extension(ns)
         assert "gardener.cloud/operation" not in (ex["metadata"].get("annotations") or {})
         assert seed.managed_resource(ns)["spec"]["secretRefs"][0]["name"] != secrets_before[ns]
-        # Exactly one reconcile was requested for it, through Gardener's operation annotation.
-        [request] = requests_for(operator, ns)
+        # Exactly one reconcile was requested for it, through Gardener's operation annotation. The operator
+        # logs the request after its annotation patch, which the reconcile seen above may overtake.
+        [request] = wait_for(lambda ns=ns: requests_for(operator, ns), f"{ns}: the reconcile request's log line",
+                             operator=operator)
         assert request["msg"].startswith("requested reconcile: base configs changed"), request
     assert operator.process.pid == pid and operator.process.alive()
 
