@@ -14,6 +14,8 @@ from integration.relay.relay_process import metric_value
 def test_relay_socket_and_pid_file(relay):
     mode = os.stat(relay.socket).st_mode
     assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o660
+    # The relay writes its pid file just after it starts serving, which is what the fixture waited for.
+    assert eventually(relay.pid_file.exists)
     assert relay.pid_file.read_text().strip() == str(relay.pid)
 
 
