@@ -28,7 +28,9 @@ def test_force_config_disables_the_agent_and_sighup_reloads_it(plane_node):
     assert DEFAULT in info and CONFIG_ERROR_ANNOTATION not in node.annotations()
     probe = node.probe()
     assert probe.returncode == 0, probe.stdout + probe.stderr
-    assert any(e.reason == "ForceConfigInEffect" and e.type == "Normal" for e in node.events())
+    # The agent posts its Event after the annotation patch the wait above saw.
+    wait_for(lambda: any(e.reason == "ForceConfigInEffect" and e.type == "Normal" for e in node.events()),
+             "ForceConfigInEffect Event")
     assert node.containerd.cgroup_cpuset(cid) == "1"  # the agent's config was not applied
     node.force.write_text(FORCE.format(1))
     node.resmgr.popen.send_signal(signal.SIGHUP)
@@ -85,6 +87,7 @@ def test_fields_accepted_but_not_applied_are_information(plane_node):
     assert info.endswith("accepted, not implemented by this cri-resmgr, ignored: dump.Debug, "
                          "instrumentation.Sampling")
     assert CONFIG_ERROR_ANNOTATION not in node.annotations() and node.probe().returncode == 0
-    assert any(e.reason == "ConfigFieldsIgnored" for e in node.events())
+    # The agent posts its Events after the annotation patch the wait above saw.
+    wait_for(lambda: any(e.reason == "ConfigFieldsIgnored" for e in node.events()), "ConfigFieldsIgnored Event")
     # cri-resmgr's log says it too, when the config arrives
     assert "ignored: dump.Debug, instrumentation.Sampling" in node.resmgr.log_path.read_text()

@@ -224,8 +224,9 @@ def test_hibernated_shoot_reconciles_without_deploying(seed, operator):
     seed.create_extension(ns, None)
     wait_for(lambda: succeeded(seed, ns), "reconcile while hibernated", operator=operator)
     assert seed.managed_resource(ns) is None
-    assert any(ln.get("namespace") == ns and "Shoot is hibernated; nothing deployed" in ln.get("msg", "")
-               for ln in operator.log_lines())
+    # That text is the success line's detail, logged after the status patch `succeeded` sees: wait for it.
+    wait_for(lambda: any(ln.get("namespace") == ns and "Shoot is hibernated; nothing deployed" in ln.get("msg", "")
+                         for ln in operator.log_lines()), "the hibernated reconcile's success line", operator=operator)
     cond = wait_for(lambda: health_condition(seed, ns), "health condition", operator=operator)
     assert (cond["status"], cond["reason"], cond["message"]) == ("True", "HealthCheckSuccessful",
                                                                  "Shoot is hibernated")

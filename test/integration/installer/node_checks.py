@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from integration.installer.installer_node import RELAY_SOCKET, RUNTIME_ENDPOINT, kubelet_log
+from integration.installer.installer_node import RELAY_SOCKET, RUNTIME_ENDPOINT, kubelet_log, wait_for
 
 RELAY_ENDPOINT = f"unix://{RELAY_SOCKET}"
 UNIT = "cri-resource-manager.service"
@@ -35,6 +35,25 @@ def kubelet_on_relay(node) -> bool:
 
 def kubelet_on_runtime(node) -> bool:
     return kubelet_on(node, RUNTIME_ENDPOINT)
+
+
+def wait_kubelet_on(node, endpoint: str, timeout: float = 60.0) -> None:
+    """Wait until kubelet's latest run has connected to ``endpoint``. The installer returns once kubelet's
+    process runs with the new endpoint (its pid steady for a second); the stand-in logs its endpoint and its
+    first connection only after its imports and one CRI Version, which on a loaded machine comes later, and
+    until then its journal still shows the previous run."""
+    try:
+        wait_for(lambda: kubelet_on(node, endpoint), f"kubelet's latest run to connect to {endpoint}", timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; latest run: {kubelet_endpoint(node)}") from None
+
+
+def wait_kubelet_on_relay(node) -> None:
+    wait_kubelet_on(node, RELAY_ENDPOINT)
+
+
+def wait_kubelet_on_runtime(node) -> None:
+    wait_kubelet_on(node, RUNTIME_ENDPOINT)
 
 
 def unit_state(node) -> str:

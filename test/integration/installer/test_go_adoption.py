@@ -11,7 +11,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from integration.installer.node_checks import kubelet_endpoint, kubelet_log, kubelet_on_relay, kubelet_on_runtime
+from integration.installer.node_checks import (
+    kubelet_endpoint,
+    kubelet_log,
+    wait_kubelet_on_relay,
+    wait_kubelet_on_runtime,
+)
 
 from installer import node_files
 
@@ -80,7 +85,7 @@ def test_node_from_the_go_extension_is_adopted_and_cleaned_on_uninstall(installe
 
     install = n.install()
     assert "set up by the Go gardener-extension-cri-resmgr: adopting it" in install.stderr
-    assert kubelet_on_relay(node), kubelet_endpoint(node)  # now on ours
+    wait_kubelet_on_relay(node)  # now on ours
     unit = node.read_file(node_files.UNIT_FILE).decode()
     assert f"ExecStart={node_files.BINARY} " in unit and "/opt/intel" not in unit
     for leftover in ("/opt/intel", "/etc/cri-resmgr/EXTRA_OPTIONS.cfg"):
@@ -88,7 +93,7 @@ def test_node_from_the_go_extension_is_adopted_and_cleaned_on_uninstall(installe
     assert GO_RELAY not in node.read_file(kubelet_unit).decode()
 
     n.uninstall()
-    assert kubelet_on_runtime(node), kubelet_endpoint(node)
+    wait_kubelet_on_runtime(node)
     for leftover in ("/opt/intel", "/etc/cri-resmgr", "/etc/default/cri-resource-manager",
                      "/etc/systemd/system/cri-resource-manager.service", "/var/lib/cri-resmgr"):
         assert not node.exists(leftover), leftover

@@ -6,11 +6,10 @@ import pytest
 from integration.installer.installer_node import LAYOUTS, snapshot
 from integration.installer.node_checks import (
     crictl_via_relay,
-    kubelet_endpoint,
-    kubelet_on_relay,
-    kubelet_on_runtime,
     unit_loaded,
     unit_state,
+    wait_kubelet_on_relay,
+    wait_kubelet_on_runtime,
 )
 
 pytestmark = pytest.mark.integration
@@ -28,7 +27,7 @@ def test_install_twice_then_uninstall_restores_everything(installer_node, tools,
     assert version.returncode == 0 and "RuntimeName:  containerd" in version.stdout, version.stderr
     pods = crictl_via_relay(tools.crictl, node, "pods", "-q")
     assert pods.returncode == 0, pods.stderr
-    assert kubelet_on_relay(node), kubelet_endpoint(node)
+    wait_kubelet_on_relay(node)
     # It serves under the hardened unit: read-only system, bounded memory and tasks, its own TMPDIR.
     props = dict(line.split("=", 1) for line in node.systemctl(
         "show", "cri-resource-manager", "-p", "NoNewPrivileges,ProtectSystem,MemoryMax,TasksMax,MainPID",
@@ -56,7 +55,7 @@ def test_install_twice_then_uninstall_restores_everything(installer_node, tools,
     assert "install complete: 0 change(s)" in second.stderr
 
     n.uninstall()
-    assert kubelet_on_runtime(node), kubelet_endpoint(node)
+    wait_kubelet_on_runtime(node)
     assert not unit_loaded(node)
     after = snapshot(node)
     assert after.keys() == before.keys(), (sorted(after.keys() - before.keys()), sorted(before.keys() - after.keys()))

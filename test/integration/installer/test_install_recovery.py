@@ -9,7 +9,13 @@ import time
 
 import pytest
 from integration.installer.installer_node import LAYOUTS, snapshot, wait_for
-from integration.installer.node_checks import kubelet_endpoint, kubelet_on_relay, kubelet_on_runtime, unit_state
+from integration.installer.node_checks import (
+    kubelet_on_relay,
+    kubelet_on_runtime,
+    unit_state,
+    wait_kubelet_on_relay,
+    wait_kubelet_on_runtime,
+)
 
 from installer.failpoints import ENV as FAILPOINT_ENV
 from installer.failpoints import INSTALL_FAILPOINTS, UNINSTALL_FAILPOINTS
@@ -34,7 +40,8 @@ def test_kill_at_each_install_and_uninstall_step_then_rerun_converges(installer_
         assert converged.keys() == reference.keys(), point
         diff = [p for p in reference if converged[p] != reference[p]]
         assert diff == [], f"after a kill at {point}, these differ from a clean install: {diff}"
-        assert unit_state(n.node) == "active" and kubelet_on_relay(n.node), (point, kubelet_endpoint(n.node))
+        wait_kubelet_on_relay(n.node)
+        assert unit_state(n.node) == "active", point
         n.uninstall()
         assert snapshot(n.node) == clean, f"uninstall after a kill at {point} left the node changed"
     for point in UNINSTALL_FAILPOINTS:
@@ -43,7 +50,8 @@ def test_kill_at_each_install_and_uninstall_step_then_rerun_converges(installer_
         assert f"failpoint {point} reached" in crashed.stderr
         n.uninstall()
         assert snapshot(n.node) == clean, f"uninstall killed at {point} and re-run left the node changed"
-        assert kubelet_on_runtime(n.node) and unit_state(n.node) in ("inactive", "")
+        wait_kubelet_on_runtime(n.node)
+        assert unit_state(n.node) in ("inactive", "")
 
 
 def test_relay_dead_for_good_sends_kubelet_back_to_containerd_and_recovers(installer_node, tmp_path) -> None:
@@ -60,7 +68,7 @@ def test_relay_dead_for_good_sends_kubelet_back_to_containerd_and_recovers(insta
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for(lambda: probe(n) == 0, "the installer to report ready", timeout=90)
-        assert kubelet_on_relay(n.node)
+        wait_kubelet_on_relay(n.node)
 
         n.node.write_file(kill_switch, "")
         n.node.run("kill -9 $(systemctl show --property=MainPID --value cri-resource-manager.service)")
@@ -109,7 +117,7 @@ def test_relay_dead_for_good_sends_kubelet_back_to_containerd_and_recovers(insta
         assert proc.wait(timeout=30) == 0
     n.node.run(["rm", "-f", kill_switch])
     n.uninstall()
-    assert kubelet_on_runtime(n.node)
+    wait_kubelet_on_runtime(n.node)
 
 
 def probe(n) -> int:
@@ -130,7 +138,7 @@ def test_gardener_node_agent_rewriting_kubelet_service_keeps_the_relay(installer
     assert "install complete: 0 change(s)" in n.install().stderr
     n.uninstall()
     assert n.node.read_file(unit) == rewritten.encode()
-    assert kubelet_on_runtime(n.node)
+    wait_kubelet_on_runtime(n.node)
 
 
 def test_static_config_rollout_reapplies_only_what_changed(installer_node) -> None:
@@ -182,7 +190,7 @@ def test_supervisor_repoints_kubelet_when_its_config_owner_rewrites_it(installer
                                 start_new_session=True)
     try:
         wait_for(lambda: probe(n) == 0, "the installer to report ready", timeout=90)
-        assert kubelet_on_relay(n.node)
+        wait_kubelet_on_relay(n.node)
         # The file's owner writes a new version (maxPods changed) with the original endpoint, and
         # restarts kubelet: kubelet is on containerd, behind the installer's back.
         owners = LAYOUTS["config"].files[config].replace("maxPods: 110", "maxPods: 250")
@@ -199,4 +207,4 @@ def test_supervisor_repoints_kubelet_when_its_config_owner_rewrites_it(installer
     # Uninstall gives back the owner's latest version, not the one from before the install.
     n.uninstall()
     assert n.node.read_file(config) == owners.encode()
-    assert kubelet_on_runtime(n.node)
+    wait_kubelet_on_runtime(n.node)

@@ -12,7 +12,12 @@ import time
 
 import pytest
 from integration.installer.installer_node import LAYOUTS, snapshot
-from integration.installer.node_checks import kubelet_endpoint, kubelet_log, kubelet_on_relay, kubelet_on_runtime
+from integration.installer.node_checks import (
+    kubelet_endpoint,
+    kubelet_log,
+    wait_kubelet_on_relay,
+    wait_kubelet_on_runtime,
+)
 
 from installer import node_files
 
@@ -25,25 +30,25 @@ def test_kubelet_starts_on_the_runtime_when_the_relay_cannot(installer_node, lay
     node = n.node
     before = snapshot(node)
     n.install()
-    assert kubelet_on_relay(node), kubelet_endpoint(node)
+    wait_kubelet_on_relay(node)
 
     node.write_file(node_files.BINARY, "#!/bin/sh\necho broken release >&2\nexit 1\n", mode=0o755)
     node.systemctl("restart", "cri-resource-manager", check=False)
     restart_kubelet(node)  # the guard runs first, as at every kubelet start
-    assert kubelet_on_runtime(node), kubelet_endpoint(node)
+    wait_kubelet_on_runtime(node)
     assert node.exists(node_files.KUBELET_GUARD_MARKER)
     guard_log = node.run(["journalctl", "-u", "kubelet", "--no-pager", "-o", "cat"]).stdout
     assert "does not serve" in guard_log and "kubelet starts on" in guard_log
 
     # Fixed by a new rollout: the installer puts its binary back and points kubelet at the relay again.
     n.install()
-    assert kubelet_on_relay(node), kubelet_endpoint(node)
+    wait_kubelet_on_relay(node)
     restart_kubelet(node)  # a healthy relay: the guard lets kubelet be
-    assert kubelet_on_relay(node), kubelet_endpoint(node)
+    wait_kubelet_on_relay(node)
     assert not node.exists(node_files.KUBELET_GUARD_MARKER)
 
     n.uninstall()
-    assert kubelet_on_runtime(node), kubelet_endpoint(node)
+    wait_kubelet_on_runtime(node)
     assert snapshot(node) == before
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -44,6 +43,18 @@ class StallingPump(SocketPump):
             pass
 
 
+def answered(probe: RelayProbe, timeout: float = 10) -> str:
+    """The probe's first answer within ``timeout`` seconds (after that, its CriUnavailable)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return probe.check()
+        except CriUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @pytest.fixture
 def pump(containerd):
     workdir = Path(tempfile.mkdtemp(prefix="probe-", dir="/tmp"))
@@ -66,15 +77,7 @@ def test_probe_sees_a_stalled_kept_connection(pump):
         with pytest.raises(CriUnavailable, match="kept open"):
             probe.check()
         pump.release()
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                assert probe.check().startswith("containerd ")
-                break
-            except CriUnavailable:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        assert answered(probe).startswith("containerd ")
         pump.stop()
         with pytest.raises(CriUnavailable, match="does not exist"):
             probe.check()
@@ -94,14 +97,8 @@ def test_probe_reconnects_after_the_relay_restarts(containerd):
         first.stop()
         second = StallingPump(path, containerd.socket).start()
         try:
-            results = []
-            for _ in range(3):
-                try:
-                    results.append(probe.check())
-                except CriUnavailable as exc:
-                    results.append(exc)
-                threading.Event().wait(0.2)
-            assert isinstance(results[-1], str), results
+            # Not a fixed number of checks: each has a 1 s timeout, which a loaded machine can exceed.
+            assert answered(probe).startswith("containerd ")
         finally:
             second.stop()
     finally:

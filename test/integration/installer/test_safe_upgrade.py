@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 from integration.installer.installer_node import snapshot, wait_for
-from integration.installer.node_checks import kubelet_on_relay, kubelet_on_runtime, unit_state
+from integration.installer.node_checks import kubelet_on_relay, kubelet_on_runtime, unit_state, wait_kubelet_on_relay
 
 from installer import node_files, upgrade
 
@@ -41,7 +41,8 @@ def test_a_binary_that_does_not_start_never_replaces_the_live_relay(installer_no
     n.binary.write_text(good.replace("exec ", "# fixed release\nexec ", 1))
     n.install()
     assert _node_sha(n.node) == hashlib.sha256(n.binary.read_bytes()).hexdigest()
-    assert _main_pid(n.node) != live_pid and kubelet_on_relay(n.node)
+    assert _main_pid(n.node) != live_pid
+    wait_kubelet_on_relay(n.node)
 
 
 def test_an_upgrade_that_passes_its_trial_but_does_not_serve_is_rolled_back(installer_node) -> None:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import os
 import stat
-import time
 
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
+from fixtures.waiting import eventually
 from integration.relay.relay_process import metric_value
 
 
 def test_relay_socket_and_pid_file(relay):
     mode = os.stat(relay.socket).st_mode
     assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o660
+    # The relay writes its pid file just after it starts serving, which is what the fixture waited for.
+    assert eventually(relay.pid_file.exists)
     assert relay.pid_file.read_text().strip() == str(relay.pid)
 
 
@@ -81,14 +83,23 @@ def test_pod_lifecycle_through_relay(containerd, relay, tmp_path):
         metrics = relay.metrics_text()
         return [m for m in methods if metric_value(metrics, f'cri_resmgr_requests_total{{code="OK",method="{m}"}}') < 1]
     # A call is counted when it completes, which can be a moment after the client has its answer.
-    for _ in range(50):
-        if not unseen():
-            break
-        time.sleep(0.1)
-    assert not unseen()
+    assert eventually(lambda: not unseen()), unseen()
 
-    # The force config dumps the state-changing calls in full and ListContainers in short.
-    entries = [json.loads(line) for line in (relay.workdir / "state" / "dump.jsonl").read_text().splitlines()]
+    # The force config dumps the state-changing calls in full and ListContainers in short. The relay counts a
+    # call before it writes its entry: wait for the last call's (crictl rmp's RemovePodSandbox), so that no
+    # entry is still being written when the file is read.
+    dump = relay.workdir / "state" / "dump.jsonl"
+
+    def dumped() -> list[str]:
+        methods = []
+        for line in dump.read_text().splitlines():
+            try:
+                methods.append(json.loads(line)["method"])
+            except ValueError:  # the line being written
+                pass
+        return methods
+    assert eventually(lambda: "RemovePodSandbox" in dumped()), dumped()
+    entries = [json.loads(line) for line in dump.read_text().splitlines()]
     by_method = {}
     for entry in entries:
         by_method.setdefault(entry["method"], []).append(entry)

@@ -15,11 +15,10 @@ import pytest
 from integration.installer.installer_node import node_ro_binds, prepare_node, snapshot
 from integration.installer.node_checks import (
     crictl_via_relay,
-    kubelet_endpoint,
-    kubelet_on_relay,
-    kubelet_on_runtime,
     unit_loaded,
     unit_state,
+    wait_kubelet_on_relay,
+    wait_kubelet_on_runtime,
 )
 
 pytestmark = pytest.mark.integration
@@ -56,12 +55,12 @@ def test_frozen_installer_installs_frozen_relay(executable: Path, systemd_node_f
     assert b"--metrics-address=off" in installed["/etc/cri-resmgr/extra-options.env"]
     version = crictl_via_relay(tools.crictl, node, "version")
     assert version.returncode == 0 and "RuntimeName:  containerd" in version.stdout, version.stderr
-    assert kubelet_on_relay(node), kubelet_endpoint(node)
+    wait_kubelet_on_relay(node)
     pid = node.run(["systemctl", "show", "-p", "MainPID", "--value", "cri-resource-manager"]).stdout.strip()
     exe = node.run(["readlink", f"/proc/{pid}/exe"]).stdout
     assert exe.strip() == "/opt/cri-resmgr/bin/cri-resmgr", exe
 
     r = frozen_installer(executable, node, config_dir, ready, "--mode", "uninstall")
     assert r.returncode == 0, f"frozen uninstall exited {r.returncode}:\n{r.stderr[-4000:]}"
-    assert kubelet_on_runtime(node), kubelet_endpoint(node)
+    wait_kubelet_on_runtime(node)
     assert not unit_loaded(node)
