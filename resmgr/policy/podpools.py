@@ -32,7 +32,7 @@ from resmgr.policy.base import (
     log,
     resolve_cpu_resources,
 )
-from resmgr.policy.cpu_allocator import take_cpus
+from resmgr.policy.cpu_allocator import Prefer, take_cpus
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
 from resmgr.topology.model import Topology
 
@@ -88,16 +88,6 @@ def _sized(pool: dict[str, Any]) -> bool:
     return pool.get("CPU") not in (None, "") or pool.get("Instances") not in (None, "")
 
 
-def take_instance_cpus(topology: Topology, free: set[int], count: int) -> frozenset[int]:
-    """CPUs for one pool instance: within one NUMA node when one has room (the fullest that does, so
-    instances do not straddle nodes), else by topology over all free CPUs."""
-    fits = [(len(cpus & free), node) for node, cpus in topology.nodes.items() if len(cpus & free) >= count]
-    if fits:
-        node = min(fits)[1]
-        return take_cpus(topology, topology.nodes[node] & free, count)
-    return take_cpus(topology, free, count)
-
-
 def build_pools(section: dict[str, Any], topology: Topology, available: frozenset[int],
                 reserved: frozenset[int]) -> list[Pool]:
     """The reserved pool, the default pool and every instance of the user's pool types, in that order."""
@@ -126,7 +116,7 @@ def build_pools(section: dict[str, Any], topology: Topology, available: frozense
                 if cpus > len(free):
                     raise ConfigError(f"{where}.CPU", f"{cpus} CPUs wanted for the default pool, only {len(free)} "
                                                       f"are neither reserved nor unavailable")
-                default_cpus = take_instance_cpus(topology, free, cpus)
+                default_cpus = take_cpus(topology, free, cpus, prefer=Prefer.NORMAL)
                 free -= default_cpus
             default_type.max_pods = d.get("MaxPods", 0)
     pools = [Pool(reserved_type, 0, reserved, "reserved"), Pool(default_type, 0, default_cpus, "shared")]
@@ -148,7 +138,7 @@ def build_pools(section: dict[str, Any], topology: Topology, available: frozense
             if cpus > len(free):
                 raise ConfigError(f"{where}.Instances", f"insufficient CPUs for {t.name}[{instance}]: it needs "
                                                         f"{cpus}, {len(free)} are left")
-            taken = take_instance_cpus(topology, free, cpus)
+            taken = take_cpus(topology, free, cpus, prefer=Prefer.NORMAL)
             free -= taken
             pools.append(Pool(t, instance, taken, "pool"))
     if free:  # left over: the default pool's (its own CPUs if customised, else instead of the reserved ones)
