@@ -1,9 +1,10 @@
 """The ``static`` policy: kubelet's static CPU manager semantics.
 
 Guaranteed containers with an integer CPU request get that many exclusive CPUs,
-taken by topology (the CPU allocator, preferring high-priority CPUs, as upstream). Reserved CPUs (``ReservedResources``) are never handed out
-exclusively; they stay in the shared pool, which every other container runs on
-and which shrinks and grows as exclusive CPUs are taken and returned.
+taken by topology (the CPU allocator, preferring high-priority CPUs, as upstream).
+Reserved CPUs (``ReservedResources``) are never handed out exclusively; they stay in
+the shared pool, which every other container runs on and which shrinks and grows as
+exclusive CPUs are taken and returned.
 """
 
 from __future__ import annotations
