@@ -1,8 +1,9 @@
 """The ``podpools`` policy: every container of a pod runs on its pod's pool instance.
 
 Pool types (``policy.podpools.Pools``) are turned into pool instances once, when the policy is
-set up: each instance (``<name>[<i>]``) owns ``CPU`` CPUs that no other pool uses, and takes at
-most ``MaxPods`` pods (0: any number; -1: none). A pod picks its type with the pod annotation
+set up: each instance (``<name>[<i>]``) owns ``CPU`` CPUs that no other pool uses, picked by the
+CPU allocator in definition order as upstream lays them out, and takes at most ``MaxPods`` pods
+(0: any number; -1: none). A pod picks its type with the pod annotation
 ``pool.podpools.cri-resource-manager.intel.com`` (also ``.../pod``); unannotated kube-system
 pods go to the built-in ``reserved`` pool (the ReservedResources CPUs), every other pod to the
 built-in ``default`` pool (the CPUs no pool took, or the reserved CPUs if none are left). The
@@ -11,11 +12,13 @@ pods, Packed: most pods, FirstFree: the first with room); the pod's other contai
 A pod whose type has no instance with room runs in the default pool. Pool CPUs never change at
 runtime, so containers never move; CPU requests are only checked and logged, as upstream does:
 a pool whose pods request more than its CPUs is overbooked, and a pod of a pool with MaxPods
-should request CPU/MaxPods in total.
+should request CPU/MaxPods in total. As upstream, Available- and ReservedResources are fixed when
+the policy is created (at start): a config update lays its pools out again on the same CPUs.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +35,7 @@ from resmgr.policy.base import (
     log,
     resolve_cpu_resources,
 )
-from resmgr.policy.cpu_allocator import take_cpus
+from resmgr.policy.cpu_allocator import Prefer, take_cpus
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
 from resmgr.topology.model import Topology
 
@@ -44,6 +47,9 @@ BALANCED, PACKED, FIRST_FREE = "Balanced", "Packed", "FirstFree"
 # to the pool's CPUs per pod: +-0.5m for each of up to 20 containers.
 POD_MILLI_MARGIN = 10
 RECENT_LIMIT = 4096
+# Identifies this process in exported state: a state exported by it is a live reconfiguration, where the
+# policy keeps its CPU resources (see PodpoolsPolicy._keep_resources); a cached one is a restart.
+PROCESS_TOKEN = secrets.token_hex(8)
 
 
 @dataclass
@@ -88,16 +94,6 @@ def _sized(pool: dict[str, Any]) -> bool:
     return pool.get("CPU") not in (None, "") or pool.get("Instances") not in (None, "")
 
 
-def take_instance_cpus(topology: Topology, free: set[int], count: int) -> frozenset[int]:
-    """CPUs for one pool instance: within one NUMA node when one has room (the fullest that does, so
-    instances do not straddle nodes), else by topology over all free CPUs."""
-    fits = [(len(cpus & free), node) for node, cpus in topology.nodes.items() if len(cpus & free) >= count]
-    if fits:
-        node = min(fits)[1]
-        return take_cpus(topology, topology.nodes[node] & free, count)
-    return take_cpus(topology, free, count)
-
-
 def build_pools(section: dict[str, Any], topology: Topology, available: frozenset[int],
                 reserved: frozenset[int]) -> list[Pool]:
     """The reserved pool, the default pool and every instance of the user's pool types, in that order."""
@@ -126,7 +122,7 @@ def build_pools(section: dict[str, Any], topology: Topology, available: frozense
                 if cpus > len(free):
                     raise ConfigError(f"{where}.CPU", f"{cpus} CPUs wanted for the default pool, only {len(free)} "
                                                       f"are neither reserved nor unavailable")
-                default_cpus = take_instance_cpus(topology, free, cpus)
+                default_cpus = take_cpus(topology, free, cpus, prefer=Prefer.NORMAL)
                 free -= default_cpus
             default_type.max_pods = d.get("MaxPods", 0)
     pools = [Pool(reserved_type, 0, reserved, "reserved"), Pool(default_type, 0, default_cpus, "shared")]
@@ -148,7 +144,7 @@ def build_pools(section: dict[str, Any], topology: Topology, available: frozense
             if cpus > len(free):
                 raise ConfigError(f"{where}.Instances", f"insufficient CPUs for {t.name}[{instance}]: it needs "
                                                         f"{cpus}, {len(free)} are left")
-            taken = take_instance_cpus(topology, free, cpus)
+            taken = take_cpus(topology, free, cpus, prefer=Prefer.NORMAL)
             free -= taken
             pools.append(Pool(t, instance, taken, "pool"))
     if free:  # left over: the default pool's (its own CPUs if customised, else instead of the reserved ones)
@@ -166,14 +162,20 @@ class PodpoolsPolicy(PooledPolicy):
         self.pin_cpu = section.get("PinCPU", True)
         self.pin_memory = section.get("PinMemory", True)
         res = resolve_cpu_resources(self.config, self.topology, sysfs_root=self.sysfs_root)
-        self.available, self.reserved = res.available, res.reserved
-        if not self.reserved:
+        if not res.reserved:
             raise ConfigError("policy.ReservedResources.cpu", "the podpools policy needs at least one reserved CPU "
                                                               "(the reserved pool, and the default pool's fallback)")
+        self._build(section, res.available, res.reserved)
+        # Pod -> the pool it left last (release + allocate of a resize, a failed create): it goes back there.
+        self._recent: dict[str, str] = {}
+
+    def _build(self, section: dict[str, Any], available: frozenset[int], reserved: frozenset[int]) -> None:
+        """Lay out the pools of ``section`` on these available and reserved CPUs."""
+        self.available, self.reserved = available, reserved
         self.pools: dict[str, Pool] = {}
         self._instances: dict[str, list[Pool]] = {}  # pool type -> its instances, in order
         placement = PlacementMemo(self.topology, self.pin_cpu, self.pin_memory)
-        for pool in build_pools(section, self.topology, self.available, self.reserved):
+        for pool in build_pools(section, self.topology, available, reserved):
             pool.placement = placement(pool.cpus)
             self.pools[pool.name] = pool
             self._instances.setdefault(pool.type.name, []).append(pool)
@@ -188,8 +190,6 @@ class PodpoolsPolicy(PooledPolicy):
                         "overbook them", len(self._instances) - 2)
         self._group_state = {name: pool.cpus for name, pool in self.pools.items()}  # pools never change
         self._reset_members()
-        # Pod -> the pool it left last (release + allocate of a resize, a failed create): it goes back there.
-        self._recent: dict[str, str] = {}
 
     def _reset_members(self) -> None:
         for pool in self.pools.values():
@@ -310,9 +310,32 @@ class PodpoolsPolicy(PooledPolicy):
         return {name: p.cpus for name, p in self.pools.items() if not p.cpus & self.reserved}
 
     def export_extra(self) -> dict[str, Any]:
-        return {"pools": {name: format_cpuset(p.cpus) for name, p in self.pools.items()}}
+        return {"pools": {name: format_cpuset(p.cpus) for name, p in self.pools.items()},
+                "resources": {"process": PROCESS_TOKEN, "available": format_cpuset(self.available),
+                              "reserved": format_cpuset(self.reserved)}}
+
+    def _keep_resources(self, data: dict[str, Any]) -> None:
+        """A config update in this process: keep the CPU resources the policy was created with.
+
+        Upstream resolves Available/ReservedResources once, when the policy is created, and a config
+        update only re-applies the pool definitions on them. A policy exported by this process (a live
+        reconfiguration) hands its resources on; a cache of an earlier process (a restart) does not."""
+        fixed = data.get("resources")
+        if not isinstance(fixed, dict) or fixed.get("process") != PROCESS_TOKEN:
+            return
+        try:
+            available, reserved = parse_cpuset(str(fixed["available"])), parse_cpuset(str(fixed["reserved"]))
+        except (KeyError, CpusetError) as exc:
+            raise RestoreError(f"malformed podpools resources in the state: {exc}") from None
+        if (available, reserved) == (self.available, self.reserved):
+            return
+        log.info("podpools: config update: keeping available CPUs %s and reserved CPUs %s from when the policy "
+                 "was created (not %s and %s); they change with a restart", format_cpuset(available),
+                 format_cpuset(reserved), format_cpuset(self.available), format_cpuset(self.reserved))
+        self._build(self.config.get("policy", {}).get("podpools", {}), available, reserved)
 
     def restore_extra(self, data: dict[str, Any]) -> None:
+        self._keep_resources(data)
         cached = data.get("pools")
         if not isinstance(cached, dict):
             raise RestoreError("the cache holds no podpools pools")

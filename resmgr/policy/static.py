@@ -1,9 +1,10 @@
 """The ``static`` policy: kubelet's static CPU manager semantics.
 
 Guaranteed containers with an integer CPU request get that many exclusive CPUs,
-taken by topology. Reserved CPUs (``ReservedResources``) are never handed out
-exclusively; they stay in the shared pool, which every other container runs on
-and which shrinks and grows as exclusive CPUs are taken and returned.
+taken by topology (the CPU allocator, preferring high-priority CPUs, as upstream).
+Reserved CPUs (``ReservedResources``) are never handed out exclusively; they stay in
+the shared pool, which every other container runs on and which shrinks and grows as
+exclusive CPUs are taken and returned.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from resmgr.manager.resources import QOS_GUARANTEED, ContainerInfo
 from resmgr.policy.base import Grant, Placement, Policy, RestoreError, log, resolve_cpu_resources
-from resmgr.policy.cpu_allocator import AllocationError, take_cpus
+from resmgr.policy.cpu_allocator import AllocationError, Prefer, take_cpus
 from resmgr.topology.cpuset import format_cpuset
 
 SHARED = "shared"
@@ -40,7 +41,8 @@ class StaticPolicy(Policy):
                 and container.limit_milli in (0, milli)):
             free = self.available - self.reserved - self._exclusive
             try:
-                cpus = take_cpus(self.topology, free, milli // 1000)
+                # Upstream takes exclusive CPUs preferring high-priority ones.
+                cpus = take_cpus(self.topology, free, milli // 1000, prefer=Prefer.HIGH)
             except AllocationError as exc:
                 log.warning("static: %s/%s wants %d exclusive CPUs: %s; using the shared pool",
                             container.pod_name, container.name, milli // 1000, exc)

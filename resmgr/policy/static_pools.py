@@ -65,6 +65,12 @@ class StpPool:
     def cpus(self) -> frozenset[int]:
         return frozenset().union(*(cl.cpus for cl in self.lists))
 
+    def text(self, chosen: tuple[int, ...] | None = None) -> str:
+        """The CMK_CPUS_* text of the chosen lists (all by default): their Cpuset strings as configured,
+        joined with commas, as upstream (and CMK) write them; workloads may parse it literally."""
+        lists = self.lists if chosen is None else (self.lists[i] for i in chosen)
+        return ",".join(cl.text for cl in lists)
+
 
 @dataclass(frozen=True)
 class StpRequest:
@@ -339,13 +345,13 @@ class StaticPoolsPolicy(Policy):
         return (self._cpus_of(cid), None)
 
     def create_edits(self, cid: str) -> ContainerEdits | None:
-        cpus = self._cpus_of(cid)
-        if cpus is None:
+        assigned = self._assigned.get(cid)
+        if assigned is None:
             return None
-        env = {ENV_ASSIGNED: format_cpuset(cpus)}
+        env = {ENV_ASSIGNED: self.pools[assigned[0]].text(assigned[1])}
         for name, var in ((POOL_INFRA, ENV_INFRA), (POOL_SHARED, ENV_SHARED)):
             if name in self.pools:
-                env[var] = format_cpuset(self.pools[name].cpus)
+                env[var] = self.pools[name].text()
         container = self.containers.get(cid)
         req = cmk_args_from_command(container.command) if container is not None else None
         return ContainerEdits(env=env, command=list(req.command) if req and req.command is not None else None)

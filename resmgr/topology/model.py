@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 CoreKey = tuple[int, int, int]  # (package, die, core_id): core ids repeat across packages/dies
 DieKey = tuple[int, int]  # (package, die)
 
+# CPU priority classes, best first (upstream's cpuallocator CPUPriority).
+PRIORITY_HIGH, PRIORITY_NORMAL, PRIORITY_LOW = 0, 1, 2
+
 # Kinds of memory a NUMA node holds (upstream's pkg/sysfs MemoryType).
 DRAM, PMEM, HBM = "DRAM", "PMEM", "HBM"
 
@@ -40,6 +43,9 @@ class Topology:
     memory_types: dict[int, str] = field(default_factory=dict)
     distances: dict[int, tuple[int, ...]] = field(default_factory=dict)  # NUMA node -> distance vector
     normal_memory: frozenset[int] | None = None  # nodes with a normal memory zone (None: not known)
+    # cpu id -> CPU priority class (PRIORITY_HIGH/NORMAL/LOW), from base frequency and EPP as upstream's
+    # cpuallocator ranks CPUs; empty: every CPU is of normal priority.
+    priority: dict[int, int] = field(default_factory=dict)
     packages: dict[int, frozenset[int]] = field(init=False)
     dies: dict[DieKey, frozenset[int]] = field(init=False)
     nodes: dict[int, frozenset[int]] = field(init=False)
@@ -48,6 +54,7 @@ class Topology:
     # them for every candidate CPU, and a method call would double the cost of a decision.
     node_of: Callable[[int], int] = field(init=False, repr=False, compare=False)
     core_of: Callable[[int], CoreKey] = field(init=False, repr=False, compare=False)
+    package_of: Callable[[int], int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         def group(key) -> dict:
@@ -63,6 +70,7 @@ class Topology:
         self.isolated = frozenset(self.isolated) & frozenset(self.cpus)
         self.node_of = {c.id: c.node for c in self.cpus.values()}.__getitem__
         self.core_of = {c.id: c.core_key for c in self.cpus.values()}.__getitem__
+        self.package_of = {c.id: c.package for c in self.cpus.values()}.__getitem__
         # Per-core facts the CPU allocator looks up on every allocation.
         self.core_node = {key: self.cpus[min(cpus)].node for key, cpus in self.cores.items()}
         self.core_first = {key: min(cpus) for key, cpus in self.cores.items()}

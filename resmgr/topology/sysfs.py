@@ -6,8 +6,20 @@ import re
 from pathlib import Path
 
 from resmgr.topology.cpuset import CpusetError, parse_cpuset
-from resmgr.topology.model import DRAM, HBM, PMEM, CpuInfo, Topology
+from resmgr.topology.model import (
+    DRAM,
+    HBM,
+    PMEM,
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
+    CpuInfo,
+    Topology,
+)
 
+# cpufreq energy_performance_preference values, best performance first (upstream's sysfs.EPP).
+_EPP = {"performance": 0, "balance_performance": 1, "balance_power": 2, "power": 3}
+_EPP_UNKNOWN = len(_EPP)
 _MEMTOTAL = re.compile(r"^Node\s+\d+\s+MemTotal:\s+(\d+)\s*kB", re.MULTILINE)
 
 
@@ -81,7 +93,42 @@ def discover_topology(root: str | Path = "/") -> Topology:
             node=node_of.get(cpu, 0),
         )
     return Topology(cpus=cpus, isolated=isolated, node_memory=node_memory, memory_types=memory_types,
-                    distances=distances, normal_memory=normal)
+                    distances=distances, normal_memory=normal, priority=_cpu_priorities(cpu_dir, cpus))
+
+
+def _cpu_priorities(cpu_dir: Path, cpus: dict[int, CpuInfo]) -> dict[int, int]:
+    """CPU priority classes as upstream's cpuallocator finds them from cpufreq, package by package: where a
+    package's CPUs have different base frequencies, those above the lowest are high priority and the others
+    low; where they have different EPPs, those below the least performant EPP are high and the others low
+    (EPP wins). Intel SST priorities are not read. Only CPUs not of normal priority are listed."""
+    freq: dict[int, int] = {}
+    epp: dict[int, int] = {}
+    for cpu in cpus:
+        base = cpu_dir / f"cpu{cpu}" / "cpufreq"
+        try:
+            freq[cpu] = int((base / "base_frequency").read_text().strip())
+        except (OSError, ValueError):
+            freq[cpu] = 0
+        try:
+            epp[cpu] = _EPP.get((base / "energy_performance_preference").read_text().strip(), _EPP_UNKNOWN)
+        except OSError:
+            epp[cpu] = _EPP_UNKNOWN
+    out: dict[int, int] = {}
+    packages: dict[int, list[int]] = {}
+    for c in cpus.values():
+        packages.setdefault(c.package, []).append(c.id)
+    for members in packages.values():
+        freqs = sorted({freq[c] for c in members if freq[c] > 0})
+        epps = sorted({epp[c] for c in members if epp[c] != _EPP_UNKNOWN})
+        for c in members:
+            prio = PRIORITY_NORMAL
+            if len(freqs) > 1:
+                prio = PRIORITY_HIGH if freq[c] > freqs[0] else PRIORITY_LOW
+            if len(epps) > 1:
+                prio = PRIORITY_HIGH if epp[c] < epps[-1] else PRIORITY_LOW
+            if prio != PRIORITY_NORMAL:
+                out[c] = prio
+    return out
 
 
 def _memory_types(node_dir: Path, cpu_nodes: set[int], node_memory: dict[int, int]

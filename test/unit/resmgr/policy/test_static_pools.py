@@ -234,6 +234,40 @@ def test_upstream_examples_apply(topo: Topology, tmp_path: Path) -> None:
 
 
 
+def test_cmk_env_joins_the_configured_cpu_lists(topo: Topology) -> None:
+    """Upstream writes CMK_CPUS_* as the pool's (or the chosen) CPU lists' Cpuset strings joined with
+    commas, as configured, not as a canonical cpulist."""
+    p = policy_from_yaml("""policy:
+  Active: static-pools
+  static-pools:
+    pools:
+      exclusive:
+        exclusive: true
+        cpuLists:
+        - {Cpuset: "0,1", Socket: 0}
+        - {Cpuset: "2,3", Socket: 0}
+      shared:
+        cpuLists:
+        - {Cpuset: "4-6,7", Socket: 0}
+      infra:
+        cpuLists:
+        - {Cpuset: "8,9", Socket: 0}
+        - {Cpuset: "10-11", Socket: 0}
+""", topo)
+    p.allocate("ex", stp("ex", env={"STP_POOL": "exclusive"}, cores=2))
+    assert p.create_edits("ex").env == {"CMK_CPUS_ASSIGNED": "0,1,2,3", "CMK_CPUS_SHARED": "4-6,7",
+                                        "CMK_CPUS_INFRA": "8,9,10-11"}
+    assert p.placement("ex")[0] == {0, 1, 2, 3}
+    p.allocate("sh", stp("sh"))
+    assert p.create_edits("sh").env["CMK_CPUS_ASSIGNED"] == "4-6,7"
+    # upstream's sample pools file
+    sample = policy_from_yaml(f"policy:\n  Active: static-pools\n  static-pools:\n    ConfFilePath: {SAMPLE_POOLS}\n",
+                              topo)
+    sample.allocate("ex", stp("ex", env={"STP_POOL": "exclusive", "STP_SOCKET_ID": "2"}, cores=2))
+    assert sample.create_edits("ex").env == {"CMK_CPUS_ASSIGNED": "16,17,18,19", "CMK_CPUS_SHARED": "12,13,14,15",
+                                             "CMK_CPUS_INFRA": "0,1,2,3,4,5,6,7,20,21,22,23,28,29,30,31"}
+
+
 def test_only_cmk_env_and_command_are_kept_and_edits_apply() -> None:
     envs = [api_pb2.KeyValue(key=k, value=v) for k, v in
             (("STP_POOL", "infra"), ("DB_PASSWORD", "secret"), ("CMK_NUM_CORES", "2"), ("PATH", "/bin"))]

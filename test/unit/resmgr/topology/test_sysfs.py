@@ -9,8 +9,10 @@ from fixtures.sysfs_builder import TWO_SOCKETS, Shape, build_sysfs
 from hypothesis import given
 from hypothesis import strategies as st
 
+from resmgr.policy.cpu_allocator import Prefer, take_cpus
 from resmgr.topology import Topology, TopologyError, discover_topology, format_cpuset, parse_cpuset
 from resmgr.topology.cpuset import CpusetError
+from resmgr.topology.model import PRIORITY_HIGH, PRIORITY_LOW
 
 
 def test_shapes(topologies: dict[str, Topology]) -> None:
@@ -66,3 +68,23 @@ def test_cpuset_round_trip(cpus: set[int]) -> None:
 def test_bad_cpusets(bad: str) -> None:
     with pytest.raises(CpusetError):
         parse_cpuset(bad)
+
+
+def test_cpu_priorities_from_cpufreq(tmp_path: Path) -> None:
+    """As upstream's cpuallocator (discoverCpufreqPriority), per package: different base frequencies make
+    the faster CPUs high and the others low priority; different EPPs make all but the least performant
+    EPP high (EPP wins over frequency). A package whose CPUs do not differ is all normal."""
+    root = build_sysfs(tmp_path, Shape(packages=3, nodes_per_package=1, cores_per_node=2, threads_per_core=1))
+    assert discover_topology(root).priority == {}  # no cpufreq: every CPU is normal
+    cpu = root / "sys" / "devices" / "system" / "cpu"
+    settings = {0: ("2000000", "balance_performance"), 1: ("3000000", "balance_performance"),  # package 0
+                2: ("2000000", "performance"), 3: ("2000000", "power"),  # package 1
+                4: ("2000000", "power"), 5: ("2000000", "power")}  # package 2
+    for c, (freq, epp) in settings.items():
+        (cpu / f"cpu{c}" / "cpufreq").mkdir()
+        (cpu / f"cpu{c}" / "cpufreq" / "base_frequency").write_text(freq + "\n")
+        (cpu / f"cpu{c}" / "cpufreq" / "energy_performance_preference").write_text(epp + "\n")
+    topo = discover_topology(root)
+    assert topo.priority == {0: PRIORITY_LOW, 1: PRIORITY_HIGH, 2: PRIORITY_HIGH, 3: PRIORITY_LOW}
+    assert take_cpus(topo, {0, 1}, 1, prefer=Prefer.HIGH) == {1}
+    assert take_cpus(topo, {0, 1}, 1, prefer=Prefer.NORMAL) == {0}  # normal requests leave high CPUs be
