@@ -368,3 +368,18 @@ def test_widened_memory_reaches_the_runtime(upstream_topologies: dict[str, Topol
     assert {cid: d.runtime.cpusets[cid] for cid in (excl, share)} == {
         cid: (cpus, "0-1") for cid, (cpus, _) in before.items()}
     assert d.restart() == []
+
+
+def test_isolated_requests_take_the_pool_with_most_isolated_cpus(upstream_topologies: dict[str, Topology]) -> None:
+    """compareScores rule 7: for a container that prefers isolated CPUs, more isolated capacity wins over
+    shared capacity. n4c16 with CPUs 5-7 (NUMA node 1) and 8 (node 2) isolated: node 1."""
+    base = upstream_topologies["n4c16"]
+    topo = Topology(cpus=base.cpus, isolated=frozenset({5, 6, 7, 8}), node_memory=base.node_memory)
+    p = upstream(topo)
+    p.allocate("iso", guaranteed("iso", 1000))
+    assert p.grants["iso"].kind == "isolated" and p.grants["iso"].pool == "NUMA node #1"
+    p.allocate("iso2", guaranteed("iso2", 1000))
+    assert p.grants["iso2"].pool == "NUMA node #1"  # 2 isolated left there, 1 in node 2
+    p.allocate("iso3", guaranteed("iso3", 1000))
+    # One isolated CPU each: none would be left either way, so rule 8 decides: more sliceable capacity.
+    assert p.grants["iso3"].pool == "NUMA node #2" and p.grants["iso3"].kind == "isolated"
