@@ -82,6 +82,7 @@ class TopologyAwarePolicy(Policy):
         self.memory = PoolMemory(self.topology, self.pools)  # memory tiers: pool mems become DRAM+PMEM
         self.accounting = MemoryAccounting(self.topology, self.pools, self.memory.memsets)
         self._widened: dict[str, object] = {}  # group key of widened containers -> state token
+        self._memory_pools: dict[str, str] = {}  # container -> the pool above its own its memory moved to
         self._reset_accounting()
 
     def _reset_accounting(self) -> None:
@@ -137,6 +138,7 @@ class TopologyAwarePolicy(Policy):
             pool.id, ids = ids, ids + 1
             stack.extend(reversed(pool.children))
         self._by_depth = sorted(self.pools.values(), key=lambda p: (-p.depth, p.name))
+        self._top_down = self._by_depth[::-1]  # every pool after its parent
 
     @staticmethod
     def _is_under(p: Pool, ancestor: Pool) -> bool:
@@ -167,6 +169,14 @@ class TopologyAwarePolicy(Policy):
         for a in pool.ancestors:
             free = min(free, len(self._shared[a.name]) * 1000 - self._granted[a.name])
         return free
+
+    def _free_shared_all(self) -> dict[str, int]:
+        """``_free_shared`` of every pool, in one pass down the tree."""
+        out: dict[str, int] = {}
+        for p in self._top_down:
+            own = len(self._shared[p.name]) * 1000 - self._granted[p.name]
+            out[p.name] = own if p.parent is None else min(own, out[p.parent.name])
+        return out
 
     def _free_isolated(self, pool: Pool) -> frozenset[int]:
         return (pool.cpus & self.isolated) - self._taken
@@ -294,10 +304,11 @@ class TopologyAwarePolicy(Policy):
         amount, kind, cold = self._memory_request(c)
         fits = self.accounting.fits
         colocated = self._colocated
+        free_shared = self._free_shared_all()
 
         def key(p: Pool) -> tuple:
             iso = len(self._free_isolated(p)) - full if isolate else 0
-            shared = self._free_shared(p) - part - (1000 * full if not isolate or iso < 0 else 0)
+            shared = free_shared[p.name] - part - (1000 * full if not isolate or iso < 0 else 0)
             k: tuple = (iso < 0, shared <= 0, -affinity.get(p.name, 0.0), p.name in lacks_memory)
             if hints is not None:
                 hs, nz = hints[p.name]
@@ -367,11 +378,14 @@ class TopologyAwarePolicy(Policy):
         self._account(grant, -1)
         self.accounting.release(cid)
         self.memory.forget(cid)
-        self._widened = {key: token for key, token in self._widened.items() if key in self.members}
+        if self._memory_pools.pop(cid, None) is not None:
+            self._widened = {key: token for key, token in self._widened.items() if key in self.members}
 
     def on_rename(self, old: str, new: str) -> None:
         self.memory.rename(old, new)
         self.accounting.rename(old, new)
+        if old in self._memory_pools:
+            self._memory_pools[new] = self._memory_pools.pop(old)
 
     def allocate(self, cid: str, container: ContainerInfo) -> None:
         super().allocate(cid, container)
@@ -382,16 +396,13 @@ class TopologyAwarePolicy(Policy):
         amount, kind, _ = self._memory_request(container)
         moved = self.accounting.allocate(cid, self._memory_pool(grant), amount, kind)
         if moved:  # their cpuset.mems widen: a new group state per group they join
+            for other in moved:
+                self._memory_pools[other] = self.accounting.pool_of(other) or "root"
             self.rebuild_members()
             for other in moved:
                 key = self.group_of(other)
                 if key is not None:
                     self._widened[key] = object()
-
-    def _widened_to(self, cid: str, grant: Grant) -> str | None:
-        """The pool whose memory ``cid`` uses if the accounting moved it above its CPU pool, else None."""
-        pool = self.accounting.pool_of(cid)
-        return pool if pool is not None and pool != self._memory_pool(grant) else None
 
     def placement(self, cid: str) -> Placement:
         grant = self.grants.get(cid)
@@ -407,7 +418,7 @@ class TopologyAwarePolicy(Policy):
                 cpus = cpus | self._shared[grant.pool]
             placed = self._pin(cpus, self.pools[grant.pool].mems)
         pool, default = grant.pool, placed[1]
-        widened = self._widened_to(cid, grant)
+        widened = self._memory_pools.get(cid)
         if widened is not None and default is not None:
             pool, default = widened, self.pools[widened].mems
         mems = self.memory.mems(cid, self.containers.get(cid), pool, default)
@@ -429,7 +440,7 @@ class TopologyAwarePolicy(Policy):
         if grant is None:
             return None
         only_exclusive = bool(grant.exclusive) and not grant.shared_milli
-        widened = self._widened_to(cid, grant)
+        widened = self._memory_pools.get(cid)
         if widened is not None:
             return f"{'' if only_exclusive else grant.pool}>{widened}"
         return None if only_exclusive else grant.pool
@@ -442,13 +453,12 @@ class TopologyAwarePolicy(Policy):
         return state
 
     def export_extra(self) -> dict[str, Any]:
-        widened = {cid: pool for cid, g in self.grants.items() if (pool := self._widened_to(cid, g)) is not None}
-        return {"memory": self.memory.export(self.grants), "memory_pools": widened}
+        return {"memory": self.memory.export(self.grants), "memory_pools": dict(self._memory_pools)}
 
     def restore_extra(self, data: dict[str, Any]) -> None:
         self.memory.restore(data.get("memory", {}), self.grants)
         self._reset_accounting()
-        self._widened = {}
+        self._widened, self._memory_pools = {}, {}
         for cid, g in self.grants.items():
             if g.pool != RESERVED and g.pool not in self.pools:
                 raise RestoreError(f"cached pool {g.pool!r} of {cid} does not exist on this topology")
@@ -473,7 +483,9 @@ class TopologyAwarePolicy(Policy):
                 raise RestoreError(f"cached memory pool {pool!r} of {cid} is not above its pool {own and own.name}")
             amount, kind, _ = self._memory_request(self.containers[cid])
             self.accounting.restore(cid, pool, amount, kind)
-        for cid in widened:
+            if pool != own.name:
+                self._memory_pools[cid] = pool
+        for cid in self._memory_pools:
             key = self.group_of(cid)
             if key is not None:
                 self._widened[key] = object()

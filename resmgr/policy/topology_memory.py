@@ -33,6 +33,7 @@ log = logging.getLogger("resmgr.policy.memory")
 
 # Upstream's allocation order; amounts are kept as one int per type in this order.
 ORDER = (MemoryType.PMEM, MemoryType.DRAM, MemoryType.HBM)
+_ORDER_BITS = tuple(int(t) for t in ORDER)  # plain ints: IntFlag's & costs a call per pool and decision
 
 
 class MemoryPool(Protocol):
@@ -89,9 +90,9 @@ class MemoryAccounting:
         if not self.enabled:
             return True
         free, extra = self.free[pool], self.extra[pool]
-        required = amount
-        for i, t in enumerate(ORDER):
-            if not kind & t:
+        required, bits = amount, int(kind)
+        for i, t in enumerate(_ORDER_BITS):
+            if not bits & t:
                 continue
             if extra[i] > free[i]:
                 continue
@@ -169,6 +170,8 @@ class MemoryAccounting:
         Upstream restarts its scan after each move, over a Go map (in no fixed order); the grants are
         scanned here oldest first, again after any move, until a scan moves nothing."""
         below = self.pools[pool].below
+        if all(sum(self.extra[name]) <= sum(self.free[name]) for name in below):
+            return []  # the usual case: every pool below still holds its own grants
         moved: list[str] = []
         changed = True
         while changed:
