@@ -74,7 +74,8 @@ def upstream_topologies() -> dict[str, Topology]:
     return {
         # topology-aware/n4c16: 2 packages x 2 NUMA nodes x 2 cores x 2 threads.
         "n4c16": qemu_topology(2, 1, 2, 2, 2),
-        # balloons/n4c32: 2 packages x 2 dies x 2 NUMA nodes x 2 cores x 2 threads (8 NUMA nodes).
+        # balloons/n4c32: 2 packages x 2 dies x 2 NUMA nodes per die x 2 cores x 2 threads: 8 NUMA nodes of
+        # 4 CPUs, whatever its name says (its test spreads 8 balloons over 8 NUMA nodes).
         "n4c32": qemu_topology(2, 2, 2, 2, 2),
         # topology-aware/c4pmem4: 4 single-CPU packages with 2 GiB DRAM each, and PMEM nodes 4-7 of 4 GiB
         # beside nodes 2, 3, 0 and 1.

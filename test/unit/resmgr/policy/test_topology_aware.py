@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -383,3 +384,31 @@ def test_isolated_requests_take_the_pool_with_most_isolated_cpus(upstream_topolo
     p.allocate("iso3", guaranteed("iso3", 1000))
     # One isolated CPU each: none would be left either way, so rule 8 decides: more sliceable capacity.
     assert p.grants["iso3"].pool == "NUMA node #2" and p.grants["iso3"].kind == "isolated"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_memory_pressure_keeps_the_runtime_in_sync(upstream_topologies: dict[str, Topology], tmp_path: Path,
+                                                   seed: int) -> None:
+    """Seeded create/remove/restart sequences on n4c16 with 1 GiB Guaranteed containers on 2 GiB NUMA nodes
+    (and on n4c32, 8 NUMA nodes): memory moves up the tree again and again, and the runtime always holds
+    what the policy wants; a restart from the cache changes nothing."""
+    rng = random.Random(seed)
+    topo = upstream_topologies["n4c16" if seed % 3 < 2 else "n4c32"]
+    d = Driver(topo, tmp_path, "policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: 750m\n")
+    pods = [(d.run_pod(f"p{i}", qos=qos), qos) for i, qos in enumerate(["guaranteed", "burstable", "besteffort"] * 2)]
+    live: list[str] = []
+    widened = 0
+    for step in range(60):
+        if live and rng.random() < 0.3:
+            d.remove_container(live.pop(rng.randrange(len(live))))
+        else:
+            pod, qos = rng.choice(pods)
+            milli = 0 if qos == "besteffort" else rng.choice([200, 1000, 1500, 2000, 3500, 9500])
+            cid = d.create(pod, f"c{step}", milli)
+            assert cid is not None
+            live.append(cid)
+        assert d.runtime_view() == d.rm.placements()
+        widened = max(widened, len(d.rm.policy.export_state()["memory_pools"]))
+        if step % 20 == 19:
+            assert d.restart() == []
+    assert widened  # the sequence did move memory up
