@@ -62,7 +62,7 @@ class Pool:
     subtree: list[Pool] = field(default_factory=list)  # self and all descendants
     ancestors: list[Pool] = field(default_factory=list)  # nearest first
     below: frozenset[str] = frozenset()  # names of all descendants
-    id: int = 0  # depth-first order, as upstream numbers its pool nodes (ties go to the lower)
+    id: int = 0  # upstream's node id: depth-first, children before their parent (ties go to the lower)
 
 
 class TopologyAwarePolicy(Policy):
@@ -82,12 +82,12 @@ class TopologyAwarePolicy(Policy):
         self.memory = PoolMemory(self.topology, self.pools)  # memory tiers: pool mems become DRAM+PMEM
         self.accounting = MemoryAccounting(self.topology, self.pools, self.memory.memsets)
         self._widened: dict[str, object] = {}  # group key of widened containers -> state token
-        self._memory_pools: dict[str, str] = {}  # container -> the pool above its own its memory moved to
+        self._memory_pools: dict[str, str] = {}  # container -> the pool above its own that its memory moved to
         self._reset_accounting()
 
     def _reset_accounting(self) -> None:
         self._taken: set[int] = set()
-        self._granted: dict[str, int] = {name: 0 for name in self.pools}  # ... at the pool and below it
+        self._granted: dict[str, int] = {name: 0 for name in self.pools}  # shared milli at the pool and below
         self._users: dict[str, int] = {name: 0 for name in self.pools}  # grants with a shared part
         self._colocated: dict[str, int] = {name: 0 for name in self.pools}  # all (non-reserved) grants
         self._reserved_milli = 0
@@ -132,11 +132,14 @@ class TopologyAwarePolicy(Policy):
             while a is not None:
                 pool.ancestors.append(a)
                 a = a.parent
-        stack, ids = [root], 0
-        while stack:
-            pool = stack.pop()
-            pool.id, ids = ids, ids + 1
-            stack.extend(reversed(pool.children))
+        ids = iter(range(len(self.pools)))
+
+        def number(pool: Pool) -> None:  # upstream's DepthFirst: children first, the root last
+            for child in pool.children:
+                number(child)
+            pool.id = next(ids)
+
+        number(root)
         self._by_depth = sorted(self.pools.values(), key=lambda p: (-p.depth, p.name))
         self._top_down = self._by_depth[::-1]  # every pool after its parent
 
