@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+from typing import Any
+
 import pytest
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
+from unit.resmgr.rm_driver import Driver
 
 from resmgr.policy.base import RestoreError
 from resmgr.topology import Topology
@@ -183,3 +188,227 @@ def test_topology_aware_refuses_cache_of_shared_grant_without_shared_cpus(topolo
     del state["grants"]["b"]
     p.restore_state(state, {"g": guaranteed("g", 1000)})  # alone, the exclusive CPU is fine
     assert p.placement("g")[0] == {1}
+
+
+# -- upstream's scenarios on its test VMs (conftest.upstream_topologies) -----------------------------------
+def upstream(topo: Topology, available: str = "", reserved: str = "cpuset:0", options: str = "") -> Any:
+    text = "policy:\n  Active: topology-aware\n"
+    if available:
+        text += f"  AvailableResources:\n    cpu: {available}\n"
+    text += f"  ReservedResources:\n    cpu: {reserved}\n"
+    if options:
+        text += f"  topology-aware:\n{options}"
+    return policy_from_yaml(text, topo)
+
+
+def test_shared_requests_go_where_fewer_containers_run(upstream_topologies: dict[str, Topology]) -> None:
+    """Upstream's topology-aware/n4c16/test04-available-resources with AvailableResources 1-4,11: of a
+    pod's two 980m containers, the second goes alone to NUMA node 1 ({4}) rather than beside the first on
+    {1-3}, which has more free shared capacity: fewer colocated containers win first (compareScores
+    rule 9). A 1-CPU Guaranteed container then gets a CPU neither of them runs on."""
+    p = upstream(upstream_topologies["n4c16"], available="cpuset:1-4,11", reserved="cpuset:11")
+    pod = "pod0"
+    p.allocate("pod0c0", guaranteed("pod0c0", 980, pod=pod))
+    p.allocate("pod0c1", guaranteed("pod0c1", 980, pod=pod))
+    assert p.placement("pod0c0") == ({1, 2, 3}, {0})
+    assert p.placement("pod0c1") == ({4}, {1})
+    p.allocate("pod1c0", guaranteed("pod1c0", 1000, pod="pod1"))
+    mine = p.placement("pod1c0")[0]
+    assert len(mine) == 1 and not mine & (p.placement("pod0c0")[0] | p.placement("pod0c1")[0])
+
+
+def test_a_pool_the_request_would_fill_loses(upstream_topologies: dict[str, Topology]) -> None:
+    """compareScores rule 1: a pool left without shared capacity by the request loses to one that keeps
+    some, even a higher one. On n4c16 with CPU 0 reserved, 4 CPUs of Burstable requests would fill a NUMA
+    node exactly: they go to the socket with most capacity left; 8 CPUs would fill socket 1 exactly: they
+    go to the root pool (all CPUs, all memory nodes)."""
+    topo = upstream_topologies["n4c16"]
+    p = upstream(topo)
+    p.allocate("four", burstable("four", 4000))
+    assert p.grants["four"].pool == "socket #1"
+    assert p.placement("four") == (frozenset(range(8, 16)), {2, 3})
+    p = upstream(topo)
+    p.allocate("eight", burstable("eight", 8000))
+    assert p.grants["eight"].pool == "root"
+    assert p.placement("eight") == (frozenset(range(1, 16)), {0, 1, 2, 3})
+
+
+def test_capacity_ranks_before_affinity(upstream_topologies: dict[str, Topology]) -> None:
+    """compareScores checks capacity (rule 1) before affinity (rule 2): a container of a colocated pod
+    that would fill its pod's NUMA node goes to the pool above it, which has the next best affinity."""
+    p = upstream(upstream_topologies["n4c16"], options="    ColocatePods: true\n")
+    p.allocate("a", burstable("a", 1000, pod="web"))
+    home = p.grants["a"].pool
+    assert home.startswith("NUMA node")
+    p.allocate("b", burstable("b", 3000, pod="web"))
+    assert p.grants["b"].pool == p.pools[home].parent.name
+
+
+def test_ranking_follows_compare_scores_rules(upstream_topologies: dict[str, Topology]) -> None:
+    """The later rules of compareScores on n4c16 with CPU 0 reserved: exclusive requests take the pool with
+    the most sliceable capacity (rule 8, NUMA node 1 before node 0, which has a reserved CPU), shared
+    requests the one with fewer colocated containers, then more shared capacity (rule 9), then the lower id."""
+    p = upstream(upstream_topologies["n4c16"], options="    PreferIsolatedCPUs: false\n")
+    p.allocate("x", guaranteed("x", 2000))
+    assert p.grants["x"].pool == "NUMA node #1"  # 4 free CPUs beat node 0's 3; node 1 beats 2 and 3 by id
+    p.allocate("s1", burstable("s1", 100))
+    assert p.grants["s1"].pool == "NUMA node #2"  # no container there; 4 shared CPUs beat node 0's 3
+    p.allocate("s2", burstable("s2", 100))
+    assert p.grants["s2"].pool == "NUMA node #3"  # fewer containers than node 2, more capacity than node 0
+    p.allocate("s3", burstable("s3", 100))
+    assert p.grants["s3"].pool == "NUMA node #0"  # the last one without a container (node 1 has x)
+    p.allocate("s4", burstable("s4", 100))
+    assert p.grants["s4"].pool == "NUMA node #2"  # one container each: most capacity, then the lower id
+    # Depth wins over capacity (rule 5): a small request stays in a NUMA node.
+    assert all(p.pools[p.grants[c].pool].depth == 2 for c in ("s1", "s2", "s3", "s4"))
+
+
+def test_reserved_cpus_that_cannot_hold_the_request_fall_back_to_shared(
+        upstream_topologies: dict[str, Topology]) -> None:
+    """Upstream's topology-aware/n4c16/test05-reserved-resources: with AvailableResources 4-7,8-13 and CPUs 7
+    and 11 reserved, kube-system containers run on the reserved CPUs while these have room: 4 x 200m, then
+    1 CPU (1200m left); a 2-CPU one does not fit and runs on the root pool's shared CPUs instead."""
+    p = upstream(upstream_topologies["n4c16"], available="cpuset:4-7,8-13", reserved="cpuset:7,11")
+    for i in range(4):
+        p.allocate(f"be{i}", ctr(f"be{i}", ns="kube-system"))
+        p.allocate(f"g{i}", guaranteed(f"g{i}", 200, ns="kube-system", pod="pod2"))
+    assert {p.placement(c)[0] for c in p.containers} == {frozenset({7, 11})}
+    for name in ("pod3", "pod4"):  # twice: the release gives the reserved capacity back
+        p.allocate(name, guaranteed(name, 1000, ns="kube-system"))
+        assert p.placement(name)[0] == {7, 11}
+        p.release(name)
+    p.allocate("pod5", guaranteed("pod5", 2000, ns="kube-system"))
+    assert p.grants["pod5"].pool == "root"
+    assert p.placement("pod5")[0] == {4, 5, 6, 8, 9, 10, 12, 13}
+    # A BestEffort one asks for nothing: it stays on the reserved CPUs however full they are.
+    p.allocate("be", ctr("be", ns="kube-system"))
+    assert p.placement("be")[0] == {7, 11}
+
+
+# -- memory per pool (upstream's pools.go allocatePool, resources.go supply/grant memory) ------------------
+GIB = 1 << 30
+
+
+def with_memory(c: Any, limit: int) -> Any:
+    c.memory_limit = limit
+    return c
+
+
+def test_memory_that_does_not_fit_a_numa_node_goes_up(upstream_topologies: dict[str, Topology]) -> None:
+    """n4c16 has 2 GiB per NUMA node: a container with a 3 GiB limit is placed where that memory is, a
+    socket (upstream's TestMemoryLimitFiltering: "fits to root" when no leaf can hold it)."""
+    p = upstream(upstream_topologies["n4c16"])
+    p.allocate("big", with_memory(burstable("big", 500), 3 * GIB))
+    assert p.grants["big"].pool.startswith("socket")
+    assert len(p.placement("big")[1]) == 2
+    p.allocate("small", with_memory(burstable("small", 500), GIB))
+    assert p.grants["small"].pool.startswith("NUMA node")
+
+
+def test_a_root_grant_reserves_its_memory_in_every_pool_below(upstream_topologies: dict[str, Topology]) -> None:
+    """A grant in the root pool may take all its memory from any one node: upstream reserves it in every
+    pool below, so 1.5 GiB no longer fits a 2 GiB NUMA node beside a 1 GiB root grant, until it is gone."""
+    p = upstream(upstream_topologies["n4c16"])
+    p.allocate("wide", with_memory(burstable("wide", 8000), GIB))
+    assert p.grants["wide"].pool == "root"
+    p.allocate("a", with_memory(burstable("a", 100), 3 * GIB // 2))
+    assert p.grants["a"].pool.startswith("socket")
+    p.release("a")
+    p.release("wide")
+    p.allocate("a", with_memory(burstable("a", 100), 3 * GIB // 2))
+    assert p.grants["a"].pool.startswith("NUMA node")
+
+
+def test_memory_moves_up_when_a_root_grant_leaves_no_room(upstream_topologies: dict[str, Topology]) -> None:
+    """Upstream's topology-aware/c4pmem4/test05-guarantee-memory: 4 single-CPU sockets of 2 GiB DRAM plus
+    4 GiB PMEM each, CPU 0 reserved. Two 200m containers of 5 GiB get a socket each; a 1200m container of
+    2 GiB can only run in the root pool, and its reservation in every socket leaves neither socket room
+    for its 5 GiB: both containers' memory moves up to the root's 8 nodes, their CPUs stay. A 100 MiB pair
+    moves nothing."""
+    topo = upstream_topologies["c4pmem4"]
+    p = upstream(topo)
+    p.allocate("small0", with_memory(guaranteed("small0", 200), 100 << 20))
+    p.allocate("small1", with_memory(guaranteed("small1", 1200), 100 << 20))
+    assert len(p.placement("small0")[1]) == 2 and len(p.placement("small1")[1]) == 8
+    p.release("small0")
+    p.release("small1")
+
+    p.allocate("c0", with_memory(guaranteed("c0", 200, pod="pod0"), 5 * GIB))
+    p.allocate("c1", with_memory(guaranteed("c1", 200, pod="pod0"), 5 * GIB))
+    cpus0, mems0 = p.placement("c0")
+    cpus1, mems1 = p.placement("c1")
+    assert len(mems0) == len(mems1) == 2 and mems0 != mems1
+    p.allocate("wide", with_memory(guaranteed("wide", 1200, pod="pod1"), 2 * GIB))
+    assert p.placement("wide")[1] == set(range(8))
+    assert p.placement("c0") == (cpus0, frozenset(range(8)))
+    assert p.placement("c1") == (cpus1, frozenset(range(8)))
+    # The widened containers are in groups whose state changed, so the resource manager updates them.
+    assert {p.group_of("c0"), p.group_of("c1")} <= set(p.group_state())
+    # A restart keeps where their memory went.
+    again = upstream(topo)
+    again.restore_state(p.export_state(), dict(p.containers))
+    assert again.placements() == p.placements()
+    assert again.export_state() == p.export_state()
+
+
+def test_widened_memory_reaches_the_runtime(upstream_topologies: dict[str, Topology], tmp_path: Path) -> None:
+    """Through the resource manager, on n4c16 (2 GiB per NUMA node, 1 GiB per Guaranteed container): two
+    containers of a colocated pod fill NUMA node 1's memory, one with exclusive CPUs only, one sharing; a
+    root-pool container's reservation then moves their memory up to socket 0, and the runtime gets their
+    new cpuset.mems, CPUs unchanged. A restart from the cache changes nothing."""
+    d = Driver(upstream_topologies["n4c16"], tmp_path, "policy:\n  Active: topology-aware\n  ReservedResources:\n"
+               "    cpu: cpuset:0\n  topology-aware:\n    ColocatePods: true\n")
+    pod = d.run_pod("p", qos="guaranteed")
+    excl = d.create(pod, "excl", 2000)
+    share = d.create(pod, "share", 200)
+    assert excl and share
+    before = {cid: d.runtime.cpusets[cid] for cid in (excl, share)}
+    assert {mems for _, mems in before.values()} == {"1"}
+    d.create(d.run_pod("q", qos="guaranteed"), "wide", 9500)
+    assert d.runtime_view() == d.rm.placements()
+    assert {cid: d.runtime.cpusets[cid] for cid in (excl, share)} == {
+        cid: (cpus, "0-1") for cid, (cpus, _) in before.items()}
+    assert d.restart() == []
+
+
+def test_isolated_requests_take_the_pool_with_most_isolated_cpus(upstream_topologies: dict[str, Topology]) -> None:
+    """compareScores rule 7: for a container that prefers isolated CPUs, more isolated capacity wins over
+    shared capacity. n4c16 with CPUs 5-7 (NUMA node 1) and 8 (node 2) isolated: node 1."""
+    base = upstream_topologies["n4c16"]
+    topo = Topology(cpus=base.cpus, isolated=frozenset({5, 6, 7, 8}), node_memory=base.node_memory)
+    p = upstream(topo)
+    p.allocate("iso", guaranteed("iso", 1000))
+    assert p.grants["iso"].kind == "isolated" and p.grants["iso"].pool == "NUMA node #1"
+    p.allocate("iso2", guaranteed("iso2", 1000))
+    assert p.grants["iso2"].pool == "NUMA node #1"  # 2 isolated left there, 1 in node 2
+    p.allocate("iso3", guaranteed("iso3", 1000))
+    # One isolated CPU each: none would be left either way, so rule 8 decides: more sliceable capacity.
+    assert p.grants["iso3"].pool == "NUMA node #2" and p.grants["iso3"].kind == "isolated"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_memory_pressure_keeps_the_runtime_in_sync(upstream_topologies: dict[str, Topology], tmp_path: Path,
+                                                   seed: int) -> None:
+    """Seeded create/remove/restart sequences on n4c16 with 1 GiB Guaranteed containers on 2 GiB NUMA nodes
+    (and on n4c32, 8 NUMA nodes): memory moves up the tree again and again, and the runtime always holds
+    what the policy wants; a restart from the cache changes nothing."""
+    rng = random.Random(seed)
+    topo = upstream_topologies["n4c16" if seed % 3 < 2 else "n4c32"]
+    d = Driver(topo, tmp_path, "policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: 750m\n")
+    pods = [(d.run_pod(f"p{i}", qos=qos), qos) for i, qos in enumerate(["guaranteed", "burstable", "besteffort"] * 2)]
+    live: list[str] = []
+    widened = 0
+    for step in range(60):
+        if live and rng.random() < 0.3:
+            d.remove_container(live.pop(rng.randrange(len(live))))
+        else:
+            pod, qos = rng.choice(pods)
+            milli = 0 if qos == "besteffort" else rng.choice([200, 1000, 1500, 2000, 3500, 9500])
+            cid = d.create(pod, f"c{step}", milli)
+            assert cid is not None
+            live.append(cid)
+        assert d.runtime_view() == d.rm.placements()
+        widened = max(widened, len(d.rm.policy.export_state()["memory_pools"]))
+        if step % 20 == 19:
+            assert d.restart() == []
+    assert widened  # the sequence did move memory up
