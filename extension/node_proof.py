@@ -14,7 +14,9 @@ or "uninstall complete"; this module reads those records against the shoot's nod
 The shoot is read the standard Gardener way: the Secret ``shoot-access-extension-cri-resmgr``
 (gardener-resource-manager's token-requestor fills in a token of the shoot ServiceAccount
 kube-system/extension-cri-resmgr) combined with the generic token kubeconfig that gardenlet
-writes into the shoot namespace and names in the Cluster's annotation.
+writes into the shoot namespace and names in the Cluster's annotation. gardenlet writes that kubeconfig
+for pods in the shoot namespace, with the server ``https://kube-apiserver``; this pod runs in
+``extension-<name>``, so the server is rewritten to ``kube-apiserver.<shoot namespace>.svc`` (``in_cluster_server``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from kubernetes import client, config
@@ -44,6 +47,11 @@ SA_NAME_ANNOTATION = "serviceaccount.resources.gardener.cloud/name"
 SA_NAMESPACE_ANNOTATION = "serviceaccount.resources.gardener.cloud/namespace"
 GENERIC_KUBECONFIG_ANNOTATION = "generic-token-kubeconfig.secret.gardener.cloud/name"
 GENERIC_KUBECONFIG_DEFAULT = "generic-token-kubeconfig"
+# The shoot API server's in-cluster name for callers in the shoot namespace (gardener v1.149.3
+# pkg/gardenlet/operation/shoot/shoot.go ComputeInClusterAPIServerAddress(true), the Service/Deployment
+# name v1beta1constants.DeploymentNameKubeAPIServer); gardenlet writes it into the generic token kubeconfig
+# (pkg/gardenlet/operation/botanist/secrets.go generateGenericTokenKubeconfig).
+KUBE_APISERVER_SHORT_NAME = "kube-apiserver"
 # The chart's baseNodeSelector: the installer runs only where containerd runs.
 BASE_NODE_SELECTOR = {"worker.gardener.cloud/cri-name": "containerd"}
 # Annotations on the ManagedResource: what the records must say for the health check.
@@ -166,13 +174,38 @@ def _secret_data(apis: Apis, namespace: str, name: str) -> dict[str, bytes] | No
     return {k: base64.b64decode(v) for k, v in (items[0].data or {}).items()}
 
 
-def shoot_kubeconfig(generic_kubeconfig: bytes, token: str) -> dict[str, Any]:
-    """The generic kubeconfig with its user's token file replaced by the token itself (in-process use)."""
+def in_cluster_server(server: str, namespace: str) -> str:
+    """The shoot API server's address as seen from outside the shoot namespace.
+
+    ``https://kube-apiserver`` resolves only inside the shoot namespace. Gardener's extensions library
+    reaches the shoot through the ``gardener-internal`` kubeconfig (v1.149.3
+    extensions/pkg/util/shoot_clients.go NewClientForShoot), whose server gardenlet sets to
+    ComputeInClusterAPIServerAddress(false) = ``kube-apiserver.<namespace>.svc`` with ``https://`` prepended
+    (pkg/gardenlet/operation/botanist/gardeneraccess.go, pkg/component/gardener/access/access.go,
+    pkg/utils/kubernetes/kubernetes.go NewKubeconfig); the API server's certificate names it
+    (pkg/component/kubernetes/apiserver/secrets.go, DNSNamesForService). Any other server (an external
+    domain under istio TLS termination, ``kubernetes.default.svc`` of a self-hosted shoot, a test's URL)
+    is already reachable from here and stays as it is.
+    """
+    parts = urlsplit(server)
+    if parts.hostname != KUBE_APISERVER_SHORT_NAME:
+        return server
+    netloc = f"{KUBE_APISERVER_SHORT_NAME}.{namespace}.svc" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme or "https", netloc, parts.path, parts.query, parts.fragment))
+
+
+def shoot_kubeconfig(generic_kubeconfig: bytes, token: str, namespace: str) -> dict[str, Any]:
+    """The generic kubeconfig for this pod: the token itself instead of the token file (in-process use),
+    and the server as reachable from this namespace (``in_cluster_server``)."""
     doc = yaml.safe_load(generic_kubeconfig)
     if not isinstance(doc, dict) or not doc.get("users"):
         raise ValueError("the generic token kubeconfig has no users")
     for user in doc["users"]:
         user["user"] = {"token": token}
+    for cluster in doc.get("clusters") or []:
+        spec = cluster.get("cluster") or {}
+        if spec.get("server"):
+            spec["server"] = in_cluster_server(spec["server"], namespace)
     return doc
 
 
@@ -202,7 +235,8 @@ class ShootReader:
         if cached is not None and cached[0] == key:
             return cached[1]
         cfg = client.Configuration()
-        config.load_kube_config_from_dict(shoot_kubeconfig(generic["kubeconfig"], token), client_configuration=cfg)
+        config.load_kube_config_from_dict(shoot_kubeconfig(generic["kubeconfig"], token, namespace),
+                                          client_configuration=cfg)
         api = client.ApiClient(cfg)
         self._clients[namespace] = (key, api)
         return api
