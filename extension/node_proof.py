@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import urllib3
 import yaml
 from kubernetes import client, config
 
@@ -67,6 +68,15 @@ class NodesNotDone(WaitingError):
 
 class NodesFailed(RetryLater):
     """Some selected nodes report that the step failed; retried, and reported as an error."""
+
+
+class ShootUnreachable(WaitingError):
+    """The shoot's API server cannot be reached (name resolution, connection, TLS): no record can be read."""
+
+
+# What a failed connection raises through the kubernetes client: urllib3's errors (MaxRetryError wrapping
+# NameResolutionError/NewConnectionError, ProtocolError, timeouts, SSLError) and socket errors.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
 
 
 def rollout_digest(inputs: dict[str, Any], *extra: str) -> str:
@@ -253,15 +263,24 @@ class ShootReader:
         return ann.get(GENERIC_KUBECONFIG_ANNOTATION) or GENERIC_KUBECONFIG_DEFAULT
 
     def nodes_and_records(self, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The shoot's nodes and node records; ShootUnreachable when its API server cannot be reached."""
         api = self.api_client(namespace)
-        nodes = _list(client.CoreV1Api(api).list_node)
-        leases = _list(client.CoordinationV1Api(api).list_namespaced_lease, namespace=c.SHOOT_SYSTEM_NAMESPACE,
-                       label_selector=f"{node_record.LABEL}={node_record.LABEL_VALUE}")
+        try:
+            nodes = _list(client.CoreV1Api(api).list_node)
+            leases = _list(client.CoordinationV1Api(api).list_namespaced_lease, namespace=c.SHOOT_SYSTEM_NAMESPACE,
+                           label_selector=f"{node_record.LABEL}={node_record.LABEL_VALUE}")
+        except CONNECTION_ERRORS as err:
+            raise ShootUnreachable(f"cannot reach the shoot's API server {api.configuration.host}: {err}",
+                                   5.0) from err
         return nodes, leases
 
     def check(self, namespace: str, state: str, digest: str, selection: Selection, delay: float) -> Proof:
-        """Raise NodesFailed or NodesNotDone unless every selected node's record says ``state`` for ``digest``."""
-        nodes, leases = self.nodes_and_records(namespace)
+        """Raise NodesFailed or NodesNotDone unless every selected node's record says ``state`` for ``digest``;
+        ShootUnreachable when the shoot's API server cannot be reached."""
+        try:
+            nodes, leases = self.nodes_and_records(namespace)
+        except ShootUnreachable as err:  # retried at the caller's pace
+            raise ShootUnreachable(str(err), delay) from err
         proof = assess(nodes, leases, state, digest, selection)
         verb = "uninstall" if state == node_record.UNINSTALLED else "install"
         if proof.failed:
@@ -287,9 +306,10 @@ def health(reader: ShootReader, namespace: str, mr: dict[str, Any] | None) -> tu
                                                                                             "")), 0)
     except NodesFailed as err:
         return "False", c.REASON_UNSUCCESSFUL, str(err)
-    except WaitingError as err:  # nodes not done, or no shoot access yet
-        return "Progressing", c.REASON_PROGRESSING, str(err)
-    except Exception as err:  # the shoot cannot be read: the check itself failed
+    except Exception as err:
+        if isinstance(err, WaitingError) and not isinstance(err, ShootUnreachable):  # not done, or no access yet
+            return "Progressing", c.REASON_PROGRESSING, str(err)
+        # The shoot cannot be read: the check itself failed.
         return "Unknown", c.REASON_CONDITION_CHECK_ERROR, f"cannot read the nodes' records from the shoot: {err}"
     return "True", c.REASON_SUCCESSFUL, f"All health checks successful; {proof.nodes} node(s) report {state}"
 

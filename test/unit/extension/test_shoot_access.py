@@ -73,7 +73,8 @@ def test_the_reader_connects_to_the_address_reachable_from_our_namespace() -> No
 
 
 def render_seed_chart() -> list[dict[str, Any]]:
-    r = subprocess.run([chart_render.find_helm(), "template", "cri-resmgr-extension", str(REPO / "charts/gardener-extension-cri-resmgr"),
+    chart = REPO / "charts/gardener-extension-cri-resmgr"
+    r = subprocess.run([chart_render.find_helm(), "template", "cri-resmgr-extension", str(chart),
                         "--namespace", "extension-cri-resmgr-x"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return [d for d in yaml.safe_load_all(r.stdout) if d]
