@@ -15,6 +15,7 @@ from extension import constants as c
 from extension.gardener.status import (
     SUCCEEDED,
     annotations_of,
+    in_migration,
     last_operation_of,
     operation_annotation,
     should_skip_migrated,
@@ -65,5 +66,6 @@ def holds_finalizer(body: dict[str, Any]) -> bool:
 
 
 def health_applies(body: dict[str, Any]) -> bool:
+    """Gardener's health reconciler skips Extensions being deleted or in migration (pending or done)."""
     meta = body.get("metadata") or {}
-    return is_ours(body) and not meta.get("deletionTimestamp") and not should_skip_migrated(body)
+    return is_ours(body) and not meta.get("deletionTimestamp") and not in_migration(body)

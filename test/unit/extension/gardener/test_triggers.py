@@ -31,6 +31,19 @@ def test_finalizer_and_health_rules():
     assert not triggers.holds_finalizer(ext(last=("Migrate", "Succeeded")))
     assert triggers.holds_finalizer(ext("restore", last=("Migrate", "Succeeded")))
     assert not triggers.health_applies(ext(deleting=True))
+    assert triggers.health_applies(ext(last=("Reconcile", "Succeeded")))
+
+
+@pytest.mark.parametrize("body", [
+    ext("migrate", last=("Reconcile", "Succeeded")),  # migration requested, not started
+    ext(last=("Migrate", "Processing")),
+    ext(last=("Migrate", "Error")),
+    ext(last=("Migrate", "Succeeded")),
+    ext("restore", last=("Migrate", "Succeeded")),  # until the restore has run
+])
+def test_no_health_check_while_a_migration_is_pending_or_done(body):
+    # gardener extensions/pkg/controller/healthcheck/reconciler.go isInMigration
+    assert not triggers.health_applies(body)
 
 
 def test_cluster_change_triggers_only_in_ignore_mode():
