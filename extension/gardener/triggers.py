@@ -34,8 +34,16 @@ def cluster_changed(body: dict[str, Any]) -> bool:
     return bool(seen) and seen != ann.get(RECONCILED_DIGEST_ANNOTATION)
 
 
+# The Extension classes this extension serves: shoot, the default when spec.class is unset (gardener v1.149.3
+# pkg/controllerutils/predicate/predicate.go HasClass with no classes; GetExtensionClassOrDefault in
+# pkg/api/extensions/v1alpha1/helper/extension.go). Extensions of class seed or garden are not ours.
+EXTENSION_CLASSES = ("shoot",)
+
+
 def is_ours(body: dict[str, Any]) -> bool:
-    return (body.get("spec") or {}).get("type") == c.EXTENSION_TYPE
+    spec = body.get("spec") or {}
+    cls = spec.get("class")
+    return spec.get("type") == c.EXTENSION_TYPE and (cls is None or cls in EXTENSION_CLASSES)
 
 
 def generation_changed(body: dict[str, Any]) -> bool:

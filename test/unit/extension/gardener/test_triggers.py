@@ -54,3 +54,15 @@ def test_cluster_change_triggers_only_in_ignore_mode():
     assert not triggers.needs_processing(body)
     body["metadata"]["annotations"][triggers.RECONCILED_DIGEST_ANNOTATION] = "b"
     assert not triggers.needs_processing(body, ignore_operation_annotation=True)
+
+
+@pytest.mark.parametrize("cls,ours", [(None, True), ("shoot", True), ("seed", False), ("garden", False)])
+def test_only_extensions_of_class_shoot_or_unset_are_ours(cls, ours):
+    # gardener pkg/controllerutils/predicate/predicate.go HasClass(): unset means shoot
+    body = ext("reconcile")
+    if cls is not None:
+        body["spec"]["class"] = cls
+    assert triggers.is_ours(body) is ours
+    assert triggers.needs_processing(body) is ours
+    assert triggers.holds_finalizer(body) is ours
+    assert triggers.health_applies(body) is ours
