@@ -195,10 +195,18 @@ class Actuator:
         uninstallation = self.uninstallation(extension, cluster)
         node_proof.ensure_shoot_access(self.apis, ns)
         secret = uninstallation.deploy()
+        unreachable = None
         try:
             # The nodes' records first: they name the nodes that are not done, or failed.
-            proof = self.shoot.check(ns, node_record.UNINSTALLED, uninstallation.values.digest,
-                                     uninstallation.selection(), self.settings.poll_interval)
+            try:
+                proof = self.shoot.check(ns, node_record.UNINSTALLED, uninstallation.values.digest,
+                                         uninstallation.selection(), self.settings.poll_interval)
+            except node_proof.ShootUnreachable as err:
+                if runtime_seconds <= self.settings.uninstall_timeout:
+                    raise
+                # Still unreachable past the timeout: no record can be read, so gardener-resource-manager's
+                # health of the uninstall rollout (below) decides alone instead of keeping the finalizer forever.
+                unreachable = err
             # Necessary too: gardener-resource-manager applied this rollout (nothing else of it is failing).
             uninstallation.wait_healthy(secret, "uninstall rollout")
         except (node_proof.NodesNotDone, NotHealthy) as err:
@@ -208,10 +216,17 @@ class Actuator:
                     f"(timeout {int(self.settings.uninstall_timeout)}s): {err}; still waiting",
                     self.settings.poll_interval) from None
             raise
-        log.info("every selected node recorded its uninstall, deleting managed resources",
-                 extra={"namespace": ns, "nodes": proof.nodes})
+        if unreachable is not None:
+            log.warning(f"uninstall timeout passed and {unreachable}; the uninstall rollout is healthy, "
+                        "deleting managed resources without the nodes' records", extra={"namespace": ns})
+        else:
+            log.info("every selected node recorded its uninstall, deleting managed resources",
+                     extra={"namespace": ns, "nodes": proof.nodes})
         self.destroy_all(ns)
         installed.wait_cleanup()
+        if unreachable is not None:
+            return ("Deleted managed resources after the uninstall timeout: the uninstall rollout is healthy, "
+                    f"the nodes' records could not be read ({unreachable})")
         return "Uninstalled cri-resmgr and deleted managed resources"
 
     def migrate(self, extension: dict[str, Any]) -> str:

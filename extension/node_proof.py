@@ -14,7 +14,9 @@ or "uninstall complete"; this module reads those records against the shoot's nod
 The shoot is read the standard Gardener way: the Secret ``shoot-access-extension-cri-resmgr``
 (gardener-resource-manager's token-requestor fills in a token of the shoot ServiceAccount
 kube-system/extension-cri-resmgr) combined with the generic token kubeconfig that gardenlet
-writes into the shoot namespace and names in the Cluster's annotation.
+writes into the shoot namespace and names in the Cluster's annotation. gardenlet writes that kubeconfig
+for pods in the shoot namespace, with the server ``https://kube-apiserver``; this pod runs in
+``extension-<name>``, so the server is rewritten to ``kube-apiserver.<shoot namespace>.svc`` (``in_cluster_server``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import urllib3
 import yaml
 from kubernetes import client, config
 
@@ -44,6 +48,11 @@ SA_NAME_ANNOTATION = "serviceaccount.resources.gardener.cloud/name"
 SA_NAMESPACE_ANNOTATION = "serviceaccount.resources.gardener.cloud/namespace"
 GENERIC_KUBECONFIG_ANNOTATION = "generic-token-kubeconfig.secret.gardener.cloud/name"
 GENERIC_KUBECONFIG_DEFAULT = "generic-token-kubeconfig"
+# The shoot API server's in-cluster name for callers in the shoot namespace (gardener v1.149.3
+# pkg/gardenlet/operation/shoot/shoot.go ComputeInClusterAPIServerAddress(true), the Service/Deployment
+# name v1beta1constants.DeploymentNameKubeAPIServer); gardenlet writes it into the generic token kubeconfig
+# (pkg/gardenlet/operation/botanist/secrets.go generateGenericTokenKubeconfig).
+KUBE_APISERVER_SHORT_NAME = "kube-apiserver"
 # The chart's baseNodeSelector: the installer runs only where containerd runs.
 BASE_NODE_SELECTOR = {"worker.gardener.cloud/cri-name": "containerd"}
 # Annotations on the ManagedResource: what the records must say for the health check.
@@ -59,6 +68,15 @@ class NodesNotDone(WaitingError):
 
 class NodesFailed(RetryLater):
     """Some selected nodes report that the step failed; retried, and reported as an error."""
+
+
+class ShootUnreachable(WaitingError):
+    """The shoot's API server cannot be reached (name resolution, connection, TLS): no record can be read."""
+
+
+# What a failed connection raises through the kubernetes client: urllib3's errors (MaxRetryError wrapping
+# NameResolutionError/NewConnectionError, ProtocolError, timeouts, SSLError) and socket errors.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
 
 
 def rollout_digest(inputs: dict[str, Any], *extra: str) -> str:
@@ -166,13 +184,38 @@ def _secret_data(apis: Apis, namespace: str, name: str) -> dict[str, bytes] | No
     return {k: base64.b64decode(v) for k, v in (items[0].data or {}).items()}
 
 
-def shoot_kubeconfig(generic_kubeconfig: bytes, token: str) -> dict[str, Any]:
-    """The generic kubeconfig with its user's token file replaced by the token itself (in-process use)."""
+def in_cluster_server(server: str, namespace: str) -> str:
+    """The shoot API server's address as seen from outside the shoot namespace.
+
+    ``https://kube-apiserver`` resolves only inside the shoot namespace. Gardener's extensions library
+    reaches the shoot through the ``gardener-internal`` kubeconfig (v1.149.3
+    extensions/pkg/util/shoot_clients.go NewClientForShoot), whose server gardenlet sets to
+    ComputeInClusterAPIServerAddress(false) = ``kube-apiserver.<namespace>.svc`` with ``https://`` prepended
+    (pkg/gardenlet/operation/botanist/gardeneraccess.go, pkg/component/gardener/access/access.go,
+    pkg/utils/kubernetes/kubernetes.go NewKubeconfig); the API server's certificate names it
+    (pkg/component/kubernetes/apiserver/secrets.go, DNSNamesForService). Any other server (an external
+    domain under istio TLS termination, ``kubernetes.default.svc`` of a self-hosted shoot, a test's URL)
+    is already reachable from here and stays as it is.
+    """
+    parts = urlsplit(server)
+    if parts.hostname != KUBE_APISERVER_SHORT_NAME:
+        return server
+    netloc = f"{KUBE_APISERVER_SHORT_NAME}.{namespace}.svc" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme or "https", netloc, parts.path, parts.query, parts.fragment))
+
+
+def shoot_kubeconfig(generic_kubeconfig: bytes, token: str, namespace: str) -> dict[str, Any]:
+    """The generic kubeconfig for this pod: the token itself instead of the token file (in-process use),
+    and the server as reachable from this namespace (``in_cluster_server``)."""
     doc = yaml.safe_load(generic_kubeconfig)
     if not isinstance(doc, dict) or not doc.get("users"):
         raise ValueError("the generic token kubeconfig has no users")
     for user in doc["users"]:
         user["user"] = {"token": token}
+    for cluster in doc.get("clusters") or []:
+        spec = cluster.get("cluster") or {}
+        if spec.get("server"):
+            spec["server"] = in_cluster_server(spec["server"], namespace)
     return doc
 
 
@@ -202,7 +245,8 @@ class ShootReader:
         if cached is not None and cached[0] == key:
             return cached[1]
         cfg = client.Configuration()
-        config.load_kube_config_from_dict(shoot_kubeconfig(generic["kubeconfig"], token), client_configuration=cfg)
+        config.load_kube_config_from_dict(shoot_kubeconfig(generic["kubeconfig"], token, namespace),
+                                          client_configuration=cfg)
         api = client.ApiClient(cfg)
         self._clients[namespace] = (key, api)
         return api
@@ -219,15 +263,24 @@ class ShootReader:
         return ann.get(GENERIC_KUBECONFIG_ANNOTATION) or GENERIC_KUBECONFIG_DEFAULT
 
     def nodes_and_records(self, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The shoot's nodes and node records; ShootUnreachable when its API server cannot be reached."""
         api = self.api_client(namespace)
-        nodes = _list(client.CoreV1Api(api).list_node)
-        leases = _list(client.CoordinationV1Api(api).list_namespaced_lease, namespace=c.SHOOT_SYSTEM_NAMESPACE,
-                       label_selector=f"{node_record.LABEL}={node_record.LABEL_VALUE}")
+        try:
+            nodes = _list(client.CoreV1Api(api).list_node)
+            leases = _list(client.CoordinationV1Api(api).list_namespaced_lease, namespace=c.SHOOT_SYSTEM_NAMESPACE,
+                           label_selector=f"{node_record.LABEL}={node_record.LABEL_VALUE}")
+        except CONNECTION_ERRORS as err:
+            raise ShootUnreachable(f"cannot reach the shoot's API server {api.configuration.host}: {err}",
+                                   5.0) from err
         return nodes, leases
 
     def check(self, namespace: str, state: str, digest: str, selection: Selection, delay: float) -> Proof:
-        """Raise NodesFailed or NodesNotDone unless every selected node's record says ``state`` for ``digest``."""
-        nodes, leases = self.nodes_and_records(namespace)
+        """Raise NodesFailed or NodesNotDone unless every selected node's record says ``state`` for ``digest``;
+        ShootUnreachable when the shoot's API server cannot be reached."""
+        try:
+            nodes, leases = self.nodes_and_records(namespace)
+        except ShootUnreachable as err:  # retried at the caller's pace
+            raise ShootUnreachable(str(err), delay) from err
         proof = assess(nodes, leases, state, digest, selection)
         verb = "uninstall" if state == node_record.UNINSTALLED else "install"
         if proof.failed:
@@ -253,9 +306,10 @@ def health(reader: ShootReader, namespace: str, mr: dict[str, Any] | None) -> tu
                                                                                             "")), 0)
     except NodesFailed as err:
         return "False", c.REASON_UNSUCCESSFUL, str(err)
-    except WaitingError as err:  # nodes not done, or no shoot access yet
-        return "Progressing", c.REASON_PROGRESSING, str(err)
-    except Exception as err:  # the shoot cannot be read: the check itself failed
+    except Exception as err:
+        if isinstance(err, WaitingError) and not isinstance(err, ShootUnreachable):  # not done, or no access yet
+            return "Progressing", c.REASON_PROGRESSING, str(err)
+        # The shoot cannot be read: the check itself failed.
         return "Unknown", c.REASON_CONDITION_CHECK_ERROR, f"cannot read the nodes' records from the shoot: {err}"
     return "True", c.REASON_SUCCESSFUL, f"All health checks successful; {proof.nodes} node(s) report {state}"
 

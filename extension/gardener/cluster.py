@@ -29,6 +29,16 @@ class ClusterInfo:
     digest: str = ""
 
 
+# Go's strconv.ParseBool; anything else is an error there, which Gardener reads as false
+# (gardener v1.149.3 pkg/api/core/v1beta1/helper/shoot.go ShootNeedsForceDeletion).
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+
+
+def go_parse_bool(value: str | None) -> bool:
+    """True exactly where Go's strconv.ParseBool returns true without an error."""
+    return value in _GO_TRUE
+
+
 def cluster_digest(cluster: dict[str, Any]) -> str:
     shoot = (cluster.get("spec") or {}).get("shoot") or {}
     relevant = {
@@ -57,7 +67,7 @@ def cluster_info_from(cluster: dict[str, Any]) -> ClusterInfo:
         shoot_deleting=bool(meta.get("deletionTimestamp")) or bool(
             (cluster.get("metadata") or {}).get("deletionTimestamp")),
         shoot_failed=last_op.get("state") == "Failed",
-        force_deletion=annotations.get(c.FORCE_DELETION_ANNOTATION) in ("true", "True", "1"),
+        force_deletion=go_parse_bool(annotations.get(c.FORCE_DELETION_ANNOTATION)),
         shoot_name=meta.get("name", ""),
         pods_cidr=str((spec.get("networking") or {}).get("pods") or ""),
         digest=cluster_digest(cluster),

@@ -1,7 +1,14 @@
-"""Health: ManagedResource conditions mapped onto the Extension condition SystemComponentsHealthy."""
+"""Health: ManagedResource conditions mapped onto the Extension condition SystemComponentsHealthy.
+
+As Gardener's extensions library (v1.149.3 extensions/pkg/controller/healthcheck/): a missing ManagedResource
+is False (general/managed_resource.go), Progressing turns False once it lasted longer than a
+ProgressingThreshold (reconciler.go extensionConditionUnsuccessful), and no check runs while the Extension is
+being deleted or migrated (reconciler.go isInMigration; see triggers.health_applies).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +19,10 @@ from extension.gardener.kube import Apis
 from extension.gardener.status import now, patch_status
 
 APPLIED, HEALTHY, PROGRESSING = "ResourcesApplied", "ResourcesHealthy", "ResourcesProgressing"
+# How long SystemComponentsHealthy may stay Progressing (a rolling DaemonSet, nodes without their record yet)
+# before it is False: the longest threshold Gardener's library sets itself (worker health, scale-down: 15 min,
+# extensions/pkg/controller/healthcheck/worker/nodes.go); an install rolls one node at a time.
+PROGRESSING_THRESHOLD = 15 * 60.0
 
 
 def _condition(conditions: list[dict[str, Any]], ctype: str) -> dict[str, Any] | None:
@@ -28,8 +39,7 @@ def assess(mr: dict[str, Any] | None, *, hibernated: bool, error: str | None = N
     if error is not None:
         return "Unknown", c.REASON_CONDITION_CHECK_ERROR, error
     if mr is None:
-        return ("Unknown", c.REASON_CONDITION_CHECK_ERROR,
-                f"managed resource {c.MANAGED_RESOURCE_NAME} not found")
+        return "False", c.REASON_UNSUCCESSFUL, f"managed resource {c.MANAGED_RESOURCE_NAME} not found"
     status = mr.get("status") or {}
     generation = (mr.get("metadata") or {}).get("generation")
     observed = status.get("observedGeneration")
@@ -54,6 +64,25 @@ def assess(mr: dict[str, Any] | None, *, hibernated: bool, error: str | None = N
                 f"managed resource {c.MANAGED_RESOURCE_NAME} is progressing: "
                 f"{cond.get('message') or cond.get('reason') or ''}".rstrip(": "))
     return "True", c.REASON_SUCCESSFUL, "All health checks successful"
+
+
+def _parse_time(text: str | None) -> dt.datetime | None:
+    try:
+        return dt.datetime.strptime(text or "", "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
+
+
+def past_progressing_threshold(old: dict[str, Any] | None, status: str, reason: str, *, threshold: float,
+                               at: dt.datetime) -> tuple[str, str]:
+    """Gardener's rule for a progressing check: Progressing when there was no condition, it was True, or it has
+    not been False and changed status at most ``threshold`` seconds before ``at``; False otherwise."""
+    if status != "Progressing" or old is None or old.get("status") == "True":
+        return status, reason
+    since = _parse_time(old.get("lastTransitionTime"))
+    if old.get("status") != "False" and since is not None and (at - since).total_seconds() <= threshold:
+        return status, reason
+    return "False", c.REASON_UNSUCCESSFUL
 
 
 def updated_condition(old: dict[str, Any] | None, status: str, reason: str, message: str) -> dict[str, Any]:
@@ -86,10 +115,12 @@ NodeCheck = Callable[[dict[str, Any] | None], "tuple[str, str, str] | None"]
 
 
 def check_and_report(apis: Apis, extension: dict[str, Any], cluster: ClusterInfo | None,
-                     cluster_error: str | None = None, node_check: NodeCheck | None = None) -> dict[str, Any]:
+                     cluster_error: str | None = None, node_check: NodeCheck | None = None,
+                     progressing_threshold: float = PROGRESSING_THRESHOLD) -> dict[str, Any]:
     """Assess health now and write the condition onto the Extension; returns the condition.
 
     ``node_check(mr)`` (the nodes' own records) has the last word once the ManagedResource is healthy.
+    Progressing for longer than ``progressing_threshold`` seconds is reported as False.
     """
     meta = extension["metadata"]
     ns, name = meta["namespace"], meta["name"]
@@ -102,6 +133,9 @@ def check_and_report(apis: Apis, extension: dict[str, Any], cluster: ClusterInfo
     if status == "True" and node_check is not None and not (cluster and cluster.hibernated):
         status, reason, message = node_check(mr) or (status, reason, message)
     conditions = (extension.get("status") or {}).get("conditions") or []
-    new = updated_condition(_condition(conditions, c.HEALTH_CONDITION_TYPE), status, reason, message)
+    old = _condition(conditions, c.HEALTH_CONDITION_TYPE)
+    status, reason = past_progressing_threshold(old, status, reason, threshold=progressing_threshold,
+                                                at=dt.datetime.now(dt.UTC))
+    new = updated_condition(old, status, reason, message)
     patch_status(apis, ns, name, {"conditions": merge_conditions(conditions, new)})
     return new

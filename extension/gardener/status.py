@@ -57,6 +57,12 @@ def is_migrated(body: dict[str, Any]) -> bool:
     return last.get("type") == MIGRATE and last.get("state") == SUCCEEDED
 
 
+def in_migration(body: dict[str, Any]) -> bool:
+    """A migration is pending or done: the migrate annotation, or a last operation of type Migrate in any state
+    (gardener v1.149.3 extensions/pkg/controller/healthcheck/reconciler.go isInMigration)."""
+    return operation_annotation(body) == c.OPERATION_MIGRATE or last_operation_of(body).get("type") == MIGRATE
+
+
 def should_skip_migrated(body: dict[str, Any]) -> bool:
     """A migrated object is left alone unless it is migrated again or restored."""
     return is_migrated(body) and compute_operation_type(body) not in (MIGRATE, RESTORE)

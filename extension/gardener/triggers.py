@@ -15,6 +15,7 @@ from extension import constants as c
 from extension.gardener.status import (
     SUCCEEDED,
     annotations_of,
+    in_migration,
     last_operation_of,
     operation_annotation,
     should_skip_migrated,
@@ -33,8 +34,16 @@ def cluster_changed(body: dict[str, Any]) -> bool:
     return bool(seen) and seen != ann.get(RECONCILED_DIGEST_ANNOTATION)
 
 
+# The Extension classes this extension serves: shoot, the default when spec.class is unset (gardener v1.149.3
+# pkg/controllerutils/predicate/predicate.go HasClass with no classes; GetExtensionClassOrDefault in
+# pkg/api/extensions/v1alpha1/helper/extension.go). Extensions of class seed or garden are not ours.
+EXTENSION_CLASSES = ("shoot",)
+
+
 def is_ours(body: dict[str, Any]) -> bool:
-    return (body.get("spec") or {}).get("type") == c.EXTENSION_TYPE
+    spec = body.get("spec") or {}
+    cls = spec.get("class")
+    return spec.get("type") == c.EXTENSION_TYPE and (cls is None or cls in EXTENSION_CLASSES)
 
 
 def generation_changed(body: dict[str, Any]) -> bool:
@@ -65,5 +74,6 @@ def holds_finalizer(body: dict[str, Any]) -> bool:
 
 
 def health_applies(body: dict[str, Any]) -> bool:
+    """Gardener's health reconciler skips Extensions being deleted or in migration (pending or done)."""
     meta = body.get("metadata") or {}
-    return is_ours(body) and not meta.get("deletionTimestamp") and not should_skip_migrated(body)
+    return is_ours(body) and not meta.get("deletionTimestamp") and not in_migration(body)

@@ -246,3 +246,32 @@ def test_agent_runs_non_root_and_mounts_only_its_socket_directory(tools):
         assert f"{agent_flag}={path}" in container["command"]
         assert f"{relay_flag}={path}".encode() in relay_flags
     assert f"--agent-socket={options.AGENT_DIR_AGENT_SOCKET}" in container["readinessProbe"]["exec"]["command"]
+
+
+def test_the_seed_pod_passes_the_pod_security_level_of_the_registration(tools, seed_api):
+    """gardenlet labels extension-<name> with the registration's security.gardener.cloud/pod-security-enforce
+    (gardener pkg/gardenlet/controller/controllerinstallation/controllerinstallation/reconciler.go); the
+    API server's PodSecurity admission must admit the seed pod at that level."""
+    registration = [d for d in yaml.safe_load_all((REPO / "examples/ctrldeploy-ctrlreg.yaml").read_text())
+                    if d and d["kind"] == "ControllerRegistration"][0]
+    level = registration["metadata"]["annotations"]["security.gardener.cloud/pod-security-enforce"]
+    results = {}
+    for enforce in (level, "restricted"):
+        ns = f"extension-psa-{enforce}"
+        labels = {"gardener.cloud/role": "extension", "pod-security.kubernetes.io/enforce": enforce}
+        seed_api.kubectl("apply", "-f", "-", input=json.dumps(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}))
+        docs = [d for d in yaml.safe_load_all(helm(tools, "template", "cri-resmgr-extension", str(EXT_CHART),
+                                                   "--namespace", ns)) if d]
+        [sa] = [d for d in docs if d["kind"] == "ServiceAccount"]
+        seed_api.kubectl("apply", "-f", "-", input=json.dumps(sa))
+        [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+        template = deployment["spec"]["template"]
+        template["spec"].pop("priorityClassName", None)  # the PriorityClass is not applied here
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "psa", "namespace": ns, **template["metadata"]},
+               "spec": template["spec"]}
+        r = seed_api.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
+        results[enforce] = (r.returncode, r.stderr)
+    assert results[level][0] == 0, results[level][1]
+    # Not restricted (yet): that needs seccompProfile: RuntimeDefault, which this chart does not set.
+    assert results["restricted"][0] != 0 and "seccompProfile" in results["restricted"][1]

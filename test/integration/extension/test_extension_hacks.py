@@ -34,11 +34,8 @@ def test_generate_controller_registration(tools, tmp_path):
     docs = [d for d in yaml.safe_load_all(out.read_text()) if d]
     kinds = [(d["apiVersion"], d["kind"]) for d in docs]
     assert kinds == [("core.gardener.cloud/v1", "ControllerDeployment"),
-                     ("core.gardener.cloud/v1beta1", "ControllerDeployment"),
                      ("core.gardener.cloud/v1beta1", "ControllerRegistration")]
-    v1, v1beta1, reg = docs
-    assert v1["helm"]["rawChart"] == v1beta1["providerConfig"]["chart"]
-    assert v1beta1["type"] == "helm"
+    v1, reg = docs
     assert v1["helm"]["values"]["image"] == {"repository": "reg/ext", "tag": "v9"}
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(v1["helm"]["rawChart"]))) as tar:
         names = tar.getnames()
@@ -47,8 +44,8 @@ def test_generate_controller_registration(tools, tmp_path):
     assert chart["name"] == "gardener-extension-cri-resmgr"
     assert packaged == (REPO / "charts/gardener-extension-cri-resmgr/templates/deployment.yaml").read_bytes()
     assert "gardener-extension-cri-resmgr/values.yaml" in names
-    assert reg["spec"]["resources"] == [{"kind": "Extension", "type": "cri-resmgr-extension",
-                                         "globallyEnabled": False}]
+    assert reg["spec"]["resources"] == [{"kind": "Extension", "type": "cri-resmgr-extension"}]
+    assert reg["metadata"]["annotations"] == {"security.gardener.cloud/pod-security-enforce": "baseline"}
     assert reg["spec"]["deployment"]["deploymentRefs"] == [{"name": v1["metadata"]["name"]}]
 
 

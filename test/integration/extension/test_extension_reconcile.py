@@ -208,6 +208,14 @@ def test_health_condition_follows_managed_resource_conditions(seed, operator):
                     "unhealthy condition", operator=operator)
     assert cond["status"] == "False" and "cri-resmgr-installer is unhealthy" in cond["message"]
 
+    # As Gardener's extensions library (healthcheck/reconciler.go): progressing after False stays False ...
+    seed.set_mr_conditions(ns, "True", "True", "True")
+    cond = wait_for(lambda: (c := health_condition(seed, ns)) and "is progressing" in c["message"] and c,
+                    "progressing after unhealthy", operator=operator)
+    assert (cond["status"], cond["reason"]) == ("False", "HealthCheckUnsuccessful")
+    # ... and is Progressing after True (until the progressing threshold).
+    seed.set_mr_conditions(ns, "True", "True", "False")
+    wait_for(lambda: (c := health_condition(seed, ns)) and c["status"] == "True", "healthy again", operator=operator)
     seed.set_mr_conditions(ns, "True", "True", "True")
     cond = wait_for(lambda: (c := health_condition(seed, ns)) and c["reason"] == "HealthCheckProgressing" and c,
                     "progressing condition", operator=operator)

@@ -72,6 +72,7 @@ def test_the_shoot_kubeconfig_uses_the_token_instead_of_the_token_file() -> None
         "clusters": [{"name": "shoot", "cluster": {"server": "https://kube-apiserver"}}],
         "contexts": [{"name": "shoot", "context": {"cluster": "shoot", "user": "shoot"}}],
         "users": [{"name": "shoot", "user": {"tokenFile": "/var/run/secrets/gardener.cloud/shoot/token/token"}}]})
-    doc = node_proof.shoot_kubeconfig(generic.encode(), "tok")
+    doc = node_proof.shoot_kubeconfig(generic.encode(), "tok", "shoot--p--s")
     assert doc["users"] == [{"name": "shoot", "user": {"token": "tok"}}]
-    assert doc["clusters"][0]["cluster"]["server"] == "https://kube-apiserver"
+    # Rewritten to the address reachable from our namespace (test_shoot_access.py).
+    assert doc["clusters"][0]["cluster"]["server"] == "https://kube-apiserver.shoot--p--s.svc"

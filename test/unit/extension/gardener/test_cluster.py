@@ -15,3 +15,21 @@ def test_cluster_digest_follows_what_matters():
     assert cluster_info_from(hibernated).hibernated
     assert cluster_info_from(hibernated).digest != info.digest
     assert cluster_info_from(dict(base)).digest == info.digest
+
+
+# Go's strconv.ParseBool: these are true, the rest (its false values and its errors) is false.
+GO_TRUE = ["1", "t", "T", "TRUE", "true", "True"]
+GO_NOT_TRUE = ["0", "f", "F", "FALSE", "false", "False", "", "yes", "tRuE", " true", "true ", "on", "2"]
+
+
+def test_force_deletion_is_read_as_gos_parse_bool():
+    from extension.gardener.cluster import cluster_info_from
+
+    def force(value: str | None) -> bool:
+        annotations = {} if value is None else {"confirmation.gardener.cloud/force-deletion": value}
+        return cluster_info_from({"metadata": {"name": "ns"}, "spec": {"shoot": {
+            "metadata": {"name": "s", "annotations": annotations}}}}).force_deletion
+
+    assert [v for v in GO_TRUE if not force(v)] == []
+    assert [v for v in GO_NOT_TRUE if force(v)] == []
+    assert force(None) is False

@@ -89,7 +89,8 @@ def test_overwrite_from_environment(tmp_path, monkeypatch):
     ("images: [", "invalid YAML"),
     ("images: {}", "list 'images'"),
     ("images:\n- repository: x\n", "name"),
-    ("images:\n- name: a\n  tagg: x\n", "unknown field"),
+    ("images:\n- name: a\n  architectures: amd64\n", "architectures"),
+    ("images:\n- name: a\n  version: 1\n", "version"),
     ("images:\n- name: a\n  targetVersion: '>= banana'\n", "targetVersion"),
 ])
 def test_bad_image_vectors(tmp_path, text, problem):
@@ -101,3 +102,66 @@ def test_bad_image_vectors(tmp_path, text, problem):
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigurationError, match="cannot read"):
         imagevector.load(tmp_path / "nope.yaml", overwrite_file="")
+
+
+# Gardener's whole ImageSource (v1.149.3 pkg/utils/imagevector/types.go) and the component-descriptor keys
+# its YAML decoding ignores, as an operator's imageVectorOverwrite carries them.
+GARDENER_VECTOR = """\
+caBundle:
+  inline: |
+    -----BEGIN CERTIFICATE-----
+images:
+- name: a
+  sourceRepository: github.com/example/a
+  resourceId:
+    name: a-image
+  labels:
+  - name: gardener.cloud/cve-categorisation
+    value: {network_exposure: private}
+  repository: r/a
+  tag: "1.0"
+  version: v1.0
+  targetVersion: ">= 1.30"
+  runtimeVersion: ">= 1.30"
+  architectures: [amd64, arm64]
+"""
+
+
+def test_gardeners_whole_schema_is_accepted_without_warnings(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="extension.imagevector")
+    [img] = imagevector.load(write(tmp_path, "images.yaml", GARDENER_VECTOR), overwrite_file="")
+    assert (img.image(), img.version, img.architectures) == ("r/a:1.0", "v1.0", ("amd64", "arm64"))
+    assert caplog.records == []
+
+
+def test_unknown_keys_warn_once_and_are_ignored(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="extension.imagevector")
+    path = write(tmp_path, "images.yaml", "extra: 1\nimages:\n- name: a\n  repository: r/a\n  tagg: x\n")
+    for _ in range(2):
+        [img] = imagevector.load(path, overwrite_file="")
+        assert img.image() == "r/a"
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2
+    assert "images[0]: ignoring unknown key 'tagg'" in warnings[1] and "'extra'" in warnings[0]
+
+
+def test_architectures_select_and_key_the_overwrite(tmp_path):
+    base = write(tmp_path, "images.yaml", "images:\n- name: a\n  repository: r/a\n  tag: '1'\n  version: v1\n")
+    over = write(tmp_path, "over.yaml", """\
+images:
+- name: a
+  tag: '2'
+- name: a
+  repository: r/a-arm
+  tag: '3'
+  architectures: [arm64]
+""")
+    vector = imagevector.load(base, overwrite_file=str(over))
+    # The arm64-only entry is a new entry (its key differs), the plain one overwrites the base's tag.
+    assert [(i.image(), i.architectures, i.version) for i in vector] == [
+        ("r/a:2", (), "v1"), ("r/a-arm:3", ("arm64",), "")]
+    # Gardener's default machine architecture is amd64; an exact architecture beats a multi-arch entry.
+    assert imagevector.find_image(vector, "a").image() == "r/a:2"
+    assert imagevector.find_image(vector, "a", architecture="arm64").image() == "r/a-arm:3"
+    with pytest.raises(ConfigurationError, match="no image"):
+        imagevector.find_image(vector[1:], "a")

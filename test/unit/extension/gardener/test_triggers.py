@@ -31,6 +31,19 @@ def test_finalizer_and_health_rules():
     assert not triggers.holds_finalizer(ext(last=("Migrate", "Succeeded")))
     assert triggers.holds_finalizer(ext("restore", last=("Migrate", "Succeeded")))
     assert not triggers.health_applies(ext(deleting=True))
+    assert triggers.health_applies(ext(last=("Reconcile", "Succeeded")))
+
+
+@pytest.mark.parametrize("body", [
+    ext("migrate", last=("Reconcile", "Succeeded")),  # migration requested, not started
+    ext(last=("Migrate", "Processing")),
+    ext(last=("Migrate", "Error")),
+    ext(last=("Migrate", "Succeeded")),
+    ext("restore", last=("Migrate", "Succeeded")),  # until the restore has run
+])
+def test_no_health_check_while_a_migration_is_pending_or_done(body):
+    # gardener extensions/pkg/controller/healthcheck/reconciler.go isInMigration
+    assert not triggers.health_applies(body)
 
 
 def test_cluster_change_triggers_only_in_ignore_mode():
@@ -41,3 +54,15 @@ def test_cluster_change_triggers_only_in_ignore_mode():
     assert not triggers.needs_processing(body)
     body["metadata"]["annotations"][triggers.RECONCILED_DIGEST_ANNOTATION] = "b"
     assert not triggers.needs_processing(body, ignore_operation_annotation=True)
+
+
+@pytest.mark.parametrize("cls,ours", [(None, True), ("shoot", True), ("seed", False), ("garden", False)])
+def test_only_extensions_of_class_shoot_or_unset_are_ours(cls, ours):
+    # gardener pkg/controllerutils/predicate/predicate.go HasClass(): unset means shoot
+    body = ext("reconcile")
+    if cls is not None:
+        body["spec"]["class"] = cls
+    assert triggers.is_ours(body) is ours
+    assert triggers.needs_processing(body) is ours
+    assert triggers.holds_finalizer(body) is ours
+    assert triggers.health_applies(body) is ours
