@@ -2,7 +2,9 @@
 
 Base configs come from the operator's ConfigMap, shoot configs from the
 providerConfig; per key the shoot wins. Every config is validated with the
-same schema code cri-resmgr uses, so a bad one never reaches a node.
+same schema code cri-resmgr uses, so a bad one never reaches a node. An unknown
+field is no reason to refuse (upstream ignores it): it is a note, like a field
+accepted but not applied, and the config goes to the nodes as written.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class SplitConfigs:
 
     static: dict[str, str] = field(default_factory=dict)
     dynamic: dict[str, dict[str, str]] = field(default_factory=dict)
-    # What is accepted but not applied by this cri-resmgr, one line per config (for the Extension's status).
+    # Unknown fields, and what is accepted but not applied by this cri-resmgr: one line per config and kind,
+    # for the Extension's status (as warnings: they never fail the reconcile).
     notes: list[str] = field(default_factory=list)
 
 
@@ -74,19 +77,19 @@ def validate_extra_options(text: str, *, where: str) -> str:
 
 
 def _validate_text(text: str, *, where: str) -> tuple[dict[str, Any], list[str]]:
-    """Validate with cri-resmgr's schema; return the config as written (not normalised) and the paths of
-    the fields this cri-resmgr accepts but does not apply."""
+    """Validate with cri-resmgr's schema; return the config as written (not normalised) and what the nodes
+    leave out of it: the unknown fields (a warning) and the fields this cri-resmgr does not apply."""
     from resmgr.config import MAX_CONFIG_BYTES, ConfigError, check_config_text
 
     size = len(text.encode())
     if size > MAX_CONFIG_BYTES:
         raise ConfigurationError(where, f"is {size} bytes, over the limit of {MAX_CONFIG_BYTES} bytes")
     try:
-        ignored = check_config_text(text, source=where).ignored
+        checked = check_config_text(text, source=where)
     except ConfigError as err:
         raise _config_error(err, where) from None
-    # Keep the user's spelling: the agent and cri-resmgr normalise on their side.
-    return yaml.safe_load(text) or {}, ignored
+    # Keep the user's spelling: the agent and cri-resmgr normalise on their side (and warn there too).
+    return yaml.safe_load(text) or {}, [note for note in (checked.warning, checked.info) if note]
 
 
 def _config_error(err: Exception, where: str) -> ConfigurationError:
@@ -120,8 +123,6 @@ def validate_and_split(configs: dict[str, str], *, where: str = "configs",
     ``origins`` maps a config name to where it came from, so errors name the
     right place (the shoot's providerConfig or the operator's ConfigMap).
     """
-    from resmgr.config import ignored_summary
-
     static: dict[str, str] = {}
     dynamic: dict[str, dict[str, str]] = {}
     notes: list[str] = []
@@ -137,9 +138,8 @@ def validate_and_split(configs: dict[str, str], *, where: str = "configs",
                 notes.append(f"{path}: {note.removeprefix('EXTRA_OPTIONS: ')}")
             static[name] = text
             continue
-        parsed, ignored = _validate_text(text, where=path)
-        if ignored:
-            notes.append(f"{path}: {ignored_summary(ignored)}")
+        parsed, left_out = _validate_text(text, where=path)
+        notes += [f"{path}: {note}" for note in left_out]
         if kind == "static":
             static[name] = text
         else:

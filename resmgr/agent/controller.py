@@ -27,7 +27,7 @@ from resmgr.agent.selection import (
     node_group,
     select_config,
 )
-from resmgr.config import ConfigError, check_config_sections, ignored_summary
+from resmgr.config import ConfigError, check_config_sections
 from resmgr.config.errors import AGENT_DISABLED
 from resmgr.configplane.adjustments import AdjustmentError, parse_adjustment
 from resmgr.configplane.plane import sections_digest
@@ -57,7 +57,7 @@ class Reporter(Protocol):
     """Where outcomes go (Events, node annotations, Adjustment status; see resmgr.agent.reporting)."""
 
     def config_outcome(self, selection: Selection | None, error: str, info: str = "", *,
-                       applied: bool = True) -> None: ...
+                       applied: bool = True, warning: str = "") -> None: ...
 
     def adjustment_outcomes(self, results: Mapping[str, dict[str, Any]],
                             adjustments: Mapping[str, Mapping[str, Any]]) -> None: ...
@@ -71,6 +71,7 @@ class Outcome:
     digest: str = ""
     error: str = ""
     info: str = ""  # not an error: fields accepted but ignored, or force config in effect
+    warning: str = ""  # not an error either: unknown fields, left out of the applied config
     at: float = 0.0
     delivered: bool = False
     rejected: bool = False  # by the schema or by cri-resmgr: not retried until the ConfigMap changes
@@ -169,17 +170,18 @@ def _adjustments_digest(adjustments: Mapping[str, Mapping[str, Any]]) -> str:
     return json.dumps({k: a.get("spec") for k, a in adjustments.items()}, sort_keys=True, default=str)
 
 
-def validate_selection(selection: Selection) -> tuple[str, str]:
-    """The schema's verdict on a ConfigMap, checked before anything is pushed: (error, info), "" for none;
-    info names the fields accepted but not applied by this cri-resmgr."""
+def validate_selection(selection: Selection) -> tuple[str, str, str]:
+    """The schema's verdict on a ConfigMap, checked before anything is pushed: (error, warning, info), "" for
+    none; warning names the unknown fields (left out, as upstream does), info the fields accepted but not
+    applied by this cri-resmgr. Only an error stops the push."""
     if selection.binary_keys:
         return (f"{selection.source}: binaryData keys {', '.join(selection.binary_keys)} are not supported; "
-                "put each config section under data as YAML text"), ""
+                "put each config section under data as YAML text"), "", ""
     try:
         checked = check_config_sections(dict(selection.data), source=selection.source)
     except ConfigError as exc:
-        return str(exc), ""
-    return "", ignored_summary(checked.ignored)
+        return str(exc), "", ""
+    return "", checked.warning, checked.info
 
 
 def one_line(text: str, limit: int = 400) -> str:
@@ -264,7 +266,7 @@ class Pusher:
             return
         if digest == self.outcome.digest and self.outcome.rejected:
             return  # rejected before and unchanged since: never re-push
-        error, info = validate_selection(selection)
+        error, warning, info = validate_selection(selection)
         if not error:
             self._last_push = self.clock()
             self.pushes += 1
@@ -277,17 +279,20 @@ class Pusher:
             # Upstream's precedence: --force-config wins over every dynamic config. Not an error: the node
             # works as configured, and the agent stays Ready; the ConfigMap waits until it changes.
             error, info, applied = "", f"{FORCE_IN_EFFECT} ({error})", False
-        self.outcome = Outcome(selection=selection, digest=digest, error=error, info=info, at=time.time(),
-                               delivered=not error, rejected=bool(error))
+        if error or not applied:
+            warning = ""  # about a config that is not in force
+        self.outcome = Outcome(selection=selection, digest=digest, error=error, info=info, warning=warning,
+                               at=time.time(), delivered=not error, rejected=bool(error))
         if error:
             log.error("%s was not applied, cri-resmgr keeps its current config: %s", selection.source, error)
         elif not applied:
             log.info("%s: %s", selection.source, info, extra={"configmap": selection.name})
         else:
             log.info("%s is active in cri-resmgr", selection.source, extra={"configmap": selection.name})
-            if info:
-                log.warning("%s: %s", selection.source, info, extra={"configmap": selection.name})
-        self.reporter.config_outcome(selection, error, info, applied=applied)
+            for note in (warning, info):
+                if note:
+                    log.warning("%s: %s", selection.source, note, extra={"configmap": selection.name})
+        self.reporter.config_outcome(selection, error, info, applied=applied, warning=warning)
 
     def _reconcile_adjustments(self) -> None:
         adjustments = self.state.node_adjustments()

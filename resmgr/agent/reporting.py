@@ -24,6 +24,8 @@ CONFIG_SOURCE_ANNOTATION = ANNOTATION_PREFIX + "config-source"
 CONFIG_ERROR_ANNOTATION = ANNOTATION_PREFIX + "config-error"
 # Information about the active config, not an error: fields accepted but not applied, force config in effect.
 CONFIG_INFO_ANNOTATION = ANNOTATION_PREFIX + "config-info"
+# A warning about the active config, not an error: unknown fields (likely typos), left out of it.
+CONFIG_WARNING_ANNOTATION = ANNOTATION_PREFIX + "config-warning"
 # Written by cri-resmgr through the agent (PatchNode) while it runs without the config it was given.
 RELAY_CONFIG_ERROR_ANNOTATION = RELAY_CONFIG_ERROR
 COMPONENT = "cri-resmgr-agent"
@@ -33,21 +35,24 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 def config_annotations(selection: Selection | None, error: str, info: str = "", *,
-                       applied: bool = True) -> dict[str, str | None]:
+                       applied: bool = True, warning: str = "") -> dict[str, str | None]:
     """The node annotations for a config outcome; None removes an annotation.
 
-    ``info`` is information about the outcome (ignored fields, force config in effect); ``applied``
-    False means cri-resmgr kept another config without an error (its --force-config wins)."""
+    ``info`` is information about the outcome (ignored fields, force config in effect), ``warning`` a warning
+    about the applied config (unknown fields left out); ``applied`` False means cri-resmgr kept another
+    config without an error (its --force-config wins)."""
     if selection is None:
-        return {CONFIG_SOURCE_ANNOTATION: "none", CONFIG_ERROR_ANNOTATION: None, CONFIG_INFO_ANNOTATION: None}
+        return {CONFIG_SOURCE_ANNOTATION: "none", CONFIG_ERROR_ANNOTATION: None, CONFIG_INFO_ANNOTATION: None,
+                CONFIG_WARNING_ANNOTATION: None}
     source = f"{CONFIG_NAMESPACE}/{selection.name}@{selection.resource_version}"
     if error:
-        # The source and info annotations keep describing what is really active; the error names what was refused.
+        # The other annotations keep describing what is really active; the error names what was refused.
         return {CONFIG_ERROR_ANNOTATION: f"{source}: {error}"}
     info_value = f"{source}: {info}" if info else None
     if not applied:
-        return {CONFIG_ERROR_ANNOTATION: None, CONFIG_INFO_ANNOTATION: info_value}
-    return {CONFIG_SOURCE_ANNOTATION: source, CONFIG_ERROR_ANNOTATION: None, CONFIG_INFO_ANNOTATION: info_value}
+        return {CONFIG_ERROR_ANNOTATION: None, CONFIG_INFO_ANNOTATION: info_value, CONFIG_WARNING_ANNOTATION: None}
+    return {CONFIG_SOURCE_ANNOTATION: source, CONFIG_ERROR_ANNOTATION: None, CONFIG_INFO_ANNOTATION: info_value,
+            CONFIG_WARNING_ANNOTATION: f"{source}: {warning}" if warning else None}
 
 
 def adjustment_status_patch(node: str, result: Mapping[str, Any], current: Mapping[str, Any] | None
@@ -89,8 +94,8 @@ class KubeReporter:
             log.error("cannot create Event %s: HTTP %s %s: %s", reason, exc.status, exc.reason, exc.body)
 
     def config_outcome(self, selection: Selection | None, error: str, info: str = "", *,
-                       applied: bool = True) -> None:
-        annotations = config_annotations(selection, error, info, applied=applied)
+                       applied: bool = True, warning: str = "") -> None:
+        annotations = config_annotations(selection, error, info, applied=applied, warning=warning)
         try:
             self.core.patch_node(self.node, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH)
         except ApiException as exc:
@@ -104,6 +109,8 @@ class KubeReporter:
             self._event("ForceConfigInEffect", f"{what}: {info}", False)
         else:
             self._event("ConfigApplied", f"{what} is active in cri-resmgr", False)
+            if warning:
+                self._event("ConfigFieldsUnknown", f"{what}: {warning}", True)
             if info:
                 self._event("ConfigFieldsIgnored", f"{what}: {info}", False)
 

@@ -4,22 +4,25 @@
 checks the ConfigMap form, where each data key is a top-level section whose value
 is that section's YAML. Both return the normalised mapping (canonical field
 spellings, ``cpu`` constraints as ``cpuset:...``/``<n>m``, fields this cri-resmgr does
-not apply left out) or raise ``ConfigError`` naming the offending field. They log the
-ignored fields (logger ``resmgr.config``), so cri-resmgr's log says what it accepted
-without applying. The ``check_config*`` variants return them instead, for callers that
-report them elsewhere (the agent's node annotation, the Extension's status).
+not apply and fields nobody knows left out) or raise ``ConfigError`` naming the
+offending field. They log what was left out (logger ``resmgr.config``): unknown fields
+as a warning with a "did you mean", ignored fields as what was accepted without being
+applied, so cri-resmgr's log and the installer's say it. The ``check_config*`` variants
+return them instead, for callers that report them elsewhere (the agent's node
+annotations, the Extension's status).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from resmgr.config.constraints import CpuConstraint, parse_cpu_constraint, parse_cpu_quantity, parse_memory_quantity
 from resmgr.config.errors import ConfigError
-from resmgr.config.schema import MAX_DEPTH, MAX_NODES, POLICY_NAMES, check, ignored_summary
+from resmgr.config.schema import MAX_DEPTH, MAX_NODES, POLICY_NAMES, check, ignored_summary, unknown_summary
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -34,6 +37,7 @@ __all__ = [
     "parse_cpu_constraint",
     "parse_cpu_quantity",
     "parse_memory_quantity",
+    "unknown_summary",
     "validate_config",
     "validate_config_sections",
     "validate_config_text",
@@ -137,24 +141,32 @@ def _check_size(size: int, source: str) -> None:
                           source=source)
 
 
-class CheckedConfig(tuple[dict[str, Any], list[str]]):
-    """(normalised config, paths of the fields accepted but not applied)."""
+@dataclass(frozen=True)
+class CheckedConfig:
+    """A valid config and what was left out of it, for the caller to report."""
+
+    config: dict[str, Any]  # normalised
+    ignored: list[str]  # paths of the fields accepted but not applied by this cri-resmgr
+    unknown: list[str]  # the fields nobody knows, each "path (did you mean 'X'?)": a warning
 
     @property
-    def config(self) -> dict[str, Any]:
-        return self[0]
+    def warning(self) -> str:
+        """'' or the one-line warning about the unknown fields."""
+        return unknown_summary(self.unknown)
 
     @property
-    def ignored(self) -> list[str]:
-        return self[1]
+    def info(self) -> str:
+        """'' or the one line naming the fields accepted but not applied."""
+        return ignored_summary(self.ignored)
 
 
 def check_config(data: Any, *, source: str = "") -> CheckedConfig:
-    """Validate an already parsed config: the normalised config and the ignored fields' paths."""
+    """Validate an already parsed config: the normalised config, the ignored and the unknown fields."""
     try:
-        return CheckedConfig(check(data))
+        config, findings = check(data)
     except ConfigError as exc:
         raise exc.with_source(source) from None
+    return CheckedConfig(config, findings.ignored, findings.unknown)
 
 
 def check_config_text(text: str, *, source: str = "") -> CheckedConfig:
@@ -183,8 +195,11 @@ def check_config_sections(data: dict[str, str], *, source: str = "") -> CheckedC
 
 
 def _logged(checked: CheckedConfig, source: str) -> dict[str, Any]:
+    if checked.unknown:
+        log.warning("config from %s: %s", source or "?", checked.warning,
+                    extra={"config_source": source, "unknown_fields": checked.unknown})
     if checked.ignored:
-        log.warning("config from %s: %s", source or "?", ignored_summary(checked.ignored),
+        log.warning("config from %s: %s", source or "?", checked.info,
                     extra={"config_source": source, "ignored_fields": checked.ignored})
     return checked.config
 

@@ -2,14 +2,17 @@
 
 Matching follows what the Go implementation does when it decodes the YAML (via
 JSON) into its option structs: field names match case-insensitively (so both
-``CPU:`` and ``cpu:`` work), unknown fields are rejected, and types are strict (a
-quoted ``"3"`` is not an integer, ``"true"`` is not a boolean).
+``CPU:`` and ``cpu:`` work), and types are strict (a quoted ``"3"`` is not an
+integer, ``"true"`` is not a boolean). Go's decoder skips a field it does not know,
+so cri-resource-manager starts with a config that has one (its own e2e balloons
+config spells ``PreferNewBalloon``); here an unknown field is left out of the
+normalised config too, and reported as a warning with a "did you mean" suggestion.
 
 Every field cri-resource-manager knows is known here, with its type. Fields this
 implementation does not apply are wrapped in ``Ignored``: they are checked like the
-rest (a typo or a wrong type is still an error), then left out of the normalised
-config and listed by ``check`` as "accepted, not implemented by this cri-resmgr,
-ignored". An unknown field is an error with a "did you mean" suggestion.
+rest (a wrong type is still an error), then left out of the normalised config and
+listed by ``check`` as "accepted, not implemented by this cri-resmgr, ignored".
+Wrong types and bad values refuse the whole config.
 """
 
 from __future__ import annotations
@@ -17,14 +20,18 @@ from __future__ import annotations
 import contextvars
 import difflib
 import fnmatch
+import logging
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from resmgr.config.constraints import parse_cpu_constraint, parse_cpu_quantity
 from resmgr.config.errors import ConfigError
 from resmgr.config.pool_sizes import parse_instances, parse_pool_cpus
+
+log = logging.getLogger("resmgr.config")
 
 # Policies this cri-resmgr implements; resmgr.policy.registry must agree (tested).
 POLICY_NAMES: tuple[str, ...] = ("none", "static", "topology-aware", "balloons",
@@ -193,29 +200,46 @@ class Number(Spec):
         return value
 
 
-# -- accepted but not applied -----------------------------------------------------------------------
-# Paths of Ignored fields met while checking, for the check() in progress (None: nobody collects).
-_IGNORED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("resmgr_config_ignored", default=None)
+# -- accepted but not applied, and unknown ----------------------------------------------------------
+@dataclass
+class Findings:
+    """What a check met that is no reason to refuse the config, in document order."""
+
+    ignored: list[str] = field(default_factory=list)  # paths of known fields this cri-resmgr does not apply
+    unknown: list[str] = field(default_factory=list)  # "path (did you mean 'X'?)" of fields nobody knows
+
+
+# The findings of the check() in progress (None: nobody collects).
+_FINDINGS: contextvars.ContextVar[Findings | None] = contextvars.ContextVar("resmgr_config_findings", default=None)
 # What Ignored.check returns: Struct and MapOf leave such a field out of the normalised config.
 _DROP = object()
 
 
 def note_ignored(path: str) -> None:
     """Record that the field at ``path`` was accepted but will not be applied."""
-    found = _IGNORED.get()
-    if found is not None and path not in found:
-        found.append(path)
+    found = _FINDINGS.get()
+    if found is not None and path not in found.ignored:
+        found.ignored.append(path)
+
+
+def note_unknown(entry: str) -> None:
+    """Record an unknown field (its path and suggestion); with nobody collecting, the log says it."""
+    found = _FINDINGS.get()
+    if found is None:
+        log.warning("%s", unknown_summary([entry]), extra={"unknown_fields": [entry]})
+    elif entry not in found.unknown:
+        found.unknown.append(entry)
 
 
 @contextmanager
-def collecting_ignored() -> Iterator[list[str]]:
-    """Collect the paths of the ignored fields met by the checks run inside the block."""
-    found: list[str] = []
-    token = _IGNORED.set(found)
+def collecting() -> Iterator[Findings]:
+    """Collect the ignored and unknown fields met by the checks run inside the block."""
+    found = Findings()
+    token = _FINDINGS.set(found)
     try:
         yield found
     finally:
-        _IGNORED.reset(token)
+        _FINDINGS.reset(token)
 
 
 class Ignored(Spec):
@@ -294,9 +318,9 @@ class Struct(Spec):
                 raise ConfigError(_join(path, str(key)), "field names must be strings")
             name = self._by_lower.get(key.lower())
             if name is None:
-                known = ", ".join(self.fields)
-                raise ConfigError(_join(path, key), f"unknown field{did_you_mean(key, list(self.fields))}; "
-                                                    f"known fields here: {known}")
+                # Upstream's decoder skips it (its value unchecked: its type is unknown too); so do we, saying so.
+                note_unknown(_join(path, key) + did_you_mean(key, list(self.fields)))
+                continue
             if name in seen:
                 raise ConfigError(_join(path, key), f"given twice (also as {name!r})")
             seen.add(name)
@@ -678,11 +702,11 @@ CONFIG = Struct({
 })
 
 
-def check(data: Any) -> tuple[dict[str, Any], list[str]]:
-    """Validate a parsed config: (normalised config without ignored fields, paths of ignored fields)."""
-    with collecting_ignored() as ignored:
+def check(data: Any) -> tuple[dict[str, Any], Findings]:
+    """Validate a parsed config: (normalised config without ignored and unknown fields, what was left out)."""
+    with collecting() as findings:
         config = CONFIG.check(data, "")
-    return config, list(ignored)
+    return config, findings
 
 
 def ignored_summary(ignored: list[str]) -> str:
@@ -690,6 +714,13 @@ def ignored_summary(ignored: list[str]) -> str:
     if not ignored:
         return ""
     return "accepted, not implemented by this cri-resmgr, ignored: " + ", ".join(ignored)
+
+
+def unknown_summary(unknown: list[str]) -> str:
+    """The one wording every component warns about unknown fields with ('' when there are none)."""
+    if not unknown:
+        return ""
+    return f"unknown field{'s' if len(unknown) > 1 else ''}, left out of the config: " + ", ".join(unknown)
 
 
 # Exposed for callers that want to check a quantity the same way the schema does.

@@ -1,6 +1,7 @@
 """Config sources in the real cri-resmgr: --force-config beats the agent (information, the agent stays Ready)
 and reloads on SIGHUP; the last config from the agent survives a restart of cri-resmgr; a fallback file that
-does not fit the node is set aside and annotated; fields accepted but not applied are annotated as information."""
+does not fit the node is set aside and annotated; fields accepted but not applied are annotated as information;
+unknown fields are left out of the applied config, with a warning."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import signal
 import pytest
 from integration.agent.conftest import NAMESPACE, policy_section, put_config_map, wait_for
 
-from resmgr.agent.reporting import CONFIG_ERROR_ANNOTATION, CONFIG_INFO_ANNOTATION, RELAY_CONFIG_ERROR_ANNOTATION
+from resmgr.agent.reporting import (
+    CONFIG_ERROR_ANNOTATION,
+    CONFIG_INFO_ANNOTATION,
+    CONFIG_SOURCE_ANNOTATION,
+    CONFIG_WARNING_ANNOTATION,
+    RELAY_CONFIG_ERROR_ANNOTATION,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -91,3 +98,37 @@ def test_fields_accepted_but_not_applied_are_information(plane_node):
     wait_for(lambda: any(e.reason == "ConfigFieldsIgnored" for e in node.events()), "ConfigFieldsIgnored Event")
     # cri-resmgr's log says it too, when the config arrives
     assert "ignored: dump.Debug, instrumentation.Sampling" in node.resmgr.log_path.read_text()
+
+
+def test_unknown_fields_are_left_out_with_a_warning(plane_node):
+    """Upstream ignores an unknown key and starts: so does cri-resmgr, for its fallback file at startup and for
+    the agent's ConfigMap; the log, the node annotation config-warning and a Warning Event name the key and the
+    closest known one; nothing is an error and the agent stays Ready."""
+    node = plane_node(fallback="policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: cpuset:0\n"
+                               "  ReservedResource:\n    cpu: cpuset:1\n")
+    cid = node.run_container("on-fallback")
+    assert node.containerd.cgroup_cpuset(cid) == "1"  # the fallback file is in force, without the typo
+    log = node.resmgr.log_path.read_text()
+    assert (f"config from {node.fallback}: unknown field, left out of the config: policy.ReservedResource "
+            "(did you mean 'ReservedResources'?)") in log
+    assert RELAY_CONFIG_ERROR_ANNOTATION not in node.annotations()
+
+    put_config_map(node.core, DEFAULT, {"policy": "Active: topology-aware\nReservedResources:\n  cpu: cpuset:1\n"
+                                                  "topology-aware:\n  PinCPUs: false\n"})
+    node.wait_reserved("1")
+    warning = wait_for(lambda: node.annotations().get(CONFIG_WARNING_ANNOTATION), "config-warning annotation")
+    assert warning.startswith(f"{NAMESPACE}/{DEFAULT}@")
+    assert warning.endswith(": unknown field, left out of the config: policy.topology-aware.PinCPUs "
+                            "(did you mean 'PinCPU'?)")
+    annotations = node.annotations()
+    assert CONFIG_ERROR_ANNOTATION not in annotations
+    assert annotations[CONFIG_SOURCE_ANNOTATION].startswith(f"{NAMESPACE}/{DEFAULT}@")
+    assert node.probe().returncode == 0
+    event = wait_for(lambda: [e for e in node.events() if e.reason == "ConfigFieldsUnknown"], "Warning Event")[-1]
+    assert event.type == "Warning" and "policy.topology-aware.PinCPUs (did you mean 'PinCPU'?)" in event.message
+    wait_for(lambda: f"config from ConfigMap {NAMESPACE}/{DEFAULT}: unknown field, left out of the config: "
+             "policy.topology-aware.PinCPUs" in node.resmgr.log_path.read_text(), "cri-resmgr's log warning")
+    # fixed: the warning goes
+    put_config_map(node.core, DEFAULT, policy_section("0"))
+    node.wait_reserved("0")
+    wait_for(lambda: CONFIG_WARNING_ANNOTATION not in node.annotations(), "config-warning annotation removed")

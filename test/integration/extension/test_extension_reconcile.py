@@ -334,6 +334,25 @@ def test_removed_worker_pool_is_a_warning_not_a_failed_reconcile(seed, operator)
                for e in operator.log_lines())
 
 
+def test_unknown_config_field_is_a_warning_not_a_failed_reconcile(seed, operator):
+    """Upstream ignores an unknown key (its own e2e balloons config has PreferNewBalloon): the Extension
+    succeeds, says which key and the closest known one, and the config goes to the shoot as written."""
+    ns = new_shoot(seed, operator)
+    default = ("policy:\n  Active: balloons\n  balloons:\n    BalloonTypes:\n      - Name: two\n"
+               "        MaxCPUs: 1\n        PreferNewBalloon: true\n")
+    seed.create_extension(ns, {"configs": {"default": default}})
+    ex = wait_for(lambda: succeeded(seed, ns), "Extension Succeeded", operator=operator)
+    description = ex["status"]["lastOperation"]["description"]
+    assert description == ("Successfully reconciled Extension resource; warning: providerConfig.configs.default: "
+                           "unknown field, left out of the config: policy.balloons.BalloonTypes[0].PreferNewBalloon "
+                           "(did you mean 'PreferNewBalloons'?)")
+    assert ex["status"].get("lastError") is None
+    policy = by_kind(seed.rendered_objects(ns), "ConfigMap")["cri-resmgr-config.default"]["data"]["policy"]
+    assert "PreferNewBalloon: true" in policy  # as written: the agent and cri-resmgr warn on the node too
+    assert any(e.get("level") == "warning" and "PreferNewBalloon (did you mean" in e.get("msg", "")
+               and e.get("namespace") == ns for e in operator.log_lines())
+
+
 def test_shoot_pod_network_reads_the_relays_metrics_only_when_the_operator_allows_it(
         seed, seed_api, tools, operator, base_configs_namespace, tmp_path):
     """The shoot Prometheus scrapes through the kube-apiserver proxy, which reaches the nodes from the shoot's

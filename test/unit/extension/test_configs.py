@@ -106,6 +106,24 @@ def test_upstream_fields_and_flags_are_accepted_and_noted():
     ]
 
 
+def test_unknown_fields_are_noted_and_the_config_kept_as_written():
+    """An unknown key is no reason to refuse (upstream ignores it): it becomes a note with a suggestion, and
+    the config goes to the nodes as written, where cri-resmgr leaves the key out and the agent warns too."""
+    default = "policy:\n  Active: none\n  Activ: static\n"
+    split = validate_and_split({"default": default, "force": "logger:\n  Debugg: policy\n"},
+                               origins={"default": "providerConfig.configs", "force": "configmap garden/x"})
+    assert split.dynamic["default"] == {"policy": "Active: none\nActiv: static\n"}
+    assert split.static["force"] == "logger:\n  Debugg: policy\n"
+    assert split.notes == [
+        "providerConfig.configs.default: unknown field, left out of the config: policy.Activ (did you mean 'Active'?)",
+        "configmap garden/x.force: unknown field, left out of the config: logger.Debugg (did you mean 'Debug'?)",
+    ]
+    # a wrong type still refuses
+    with pytest.raises(ConfigurationError) as e:
+        validate_and_split({"default": "policy:\n  Activ: static\n  Active: 3\n"})
+    assert e.value.field == "configs.default.policy.Active"
+
+
 def test_provider_config_parsing():
     pc = parse_provider_config({"apiVersion": "cri-resmgr.extensions.gardener.cloud/v1alpha1",
                                 "kind": "CriResMgrConfig", "configs": {"default": "policy: {}"},

@@ -75,6 +75,22 @@ def test_upstream_fields_and_flags_not_applied_are_named_in_the_description(apis
            "-metrics-interval" in last["description"]
 
 
+def test_unknown_config_fields_are_a_warning_and_the_reconcile_succeeds(apis: FakeApis) -> None:
+    """Upstream ignores an unknown key; so the Extension succeeds, and its description names the key and the
+    closest known one, as the worker-pool warnings do. Nothing of it is an error."""
+    put_extension(apis, provider_config(fallback=FALLBACK, default=(
+        "policy:\n  Active: balloons\n  balloons:\n    BalloonTypes:\n      - Name: two\n"
+        "        MaxCPUs: 1\n        PreferNewBalloon: true\n")))
+    reconciler(apis).change(NS, "cri-resmgr")
+    ex = extension(apis)
+    last = ex["status"]["lastOperation"]
+    assert last["state"] == status.SUCCEEDED and "lastError" not in ex["status"]
+    assert last["description"].startswith("Successfully reconciled Extension resource; warning: ")
+    assert ("warning: providerConfig.configs.default: unknown field, left out of the config: "
+            "policy.balloons.BalloonTypes[0].PreferNewBalloon (did you mean 'PreferNewBalloons'?)"
+            ) in last["description"]
+
+
 def test_configuration_error_is_recorded_and_retried_soon(apis: FakeApis) -> None:
     put_extension(apis, provider_config(fallback="policy:\n  Active: nope\n"))
     with pytest.raises(RetryLater) as err:

@@ -84,3 +84,16 @@ def test_configmap_volume_layout_is_understood(tmp_path: Path) -> None:
     (d / "..data").symlink_to("..2026_11_22")
     (d / "fallback.cfg").symlink_to("..data/fallback.cfg")
     assert read_config_dir(d).fallback == GOOD_CFG
+
+
+def test_unknown_config_field_is_installed_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Upstream ignores an unknown key, so the node is installed; the installer's log names the key and the
+    closest known one (the file is written as given, cri-resmgr leaves the key out and says so again)."""
+    import logging
+
+    text = GOOD_CFG + b"  Activ: static\n"
+    with caplog.at_level(logging.WARNING):
+        static = read_config_dir(write_dir(tmp_path, fallback_cfg=text))
+    assert static.fallback == text
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "config from fallback.cfg: unknown field, left out of the config: policy.Activ (did you mean 'Active'?)"]

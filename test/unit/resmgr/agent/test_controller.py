@@ -32,11 +32,13 @@ class RecordingReporter:
     def __init__(self) -> None:
         self.configs: list[tuple[str | None, str]] = []
         self.infos: list[tuple[str, bool]] = []
+        self.warnings: list[str] = []
         self.adjustments: list[dict] = []
 
-    def config_outcome(self, selection, error, info="", *, applied=True):
+    def config_outcome(self, selection, error, info="", *, applied=True, warning=""):
         self.configs.append((selection.name if selection else None, error))
         self.infos.append((info, applied))
+        self.warnings.append(warning)
 
     def adjustment_outcomes(self, results, adjustments):
         self.adjustments.append(dict(results))
@@ -120,7 +122,7 @@ def test_rate_limit_coalesces_a_burst_into_one_push_of_the_latest(env):
 
 @pytest.mark.parametrize("bad,needle", [
     ("Active: [oops", "invalid YAML"),
-    ("Active: topology-aware\nUnknownKey: 1\n", "policy.UnknownKey"),
+    ("Active: topology-aware\nReservedResources: [1]\n", "policy.ReservedResources"),
     ("Active: topology-aware\n#" + "x" * (1024 * 1024), "over the limit"),
 ])
 def test_invalid_configmap_is_not_pushed_and_reported(env, bad, needle):
@@ -235,6 +237,30 @@ def test_ignored_fields_are_information_and_the_config_is_pushed(env):
                                 "dump.Debug, policy.balloons.PreferSpreadOnPhysicalCores")
     assert env.pusher.health("config-status") == ""
     assert "PreferSpreadOnPhysicalCores" not in env.applier.applied[-1][0]["policy"]["balloons"]
+
+
+def test_unknown_fields_are_a_warning_and_the_config_is_pushed_without_them(env, caplog):
+    """Upstream ignores an unknown key; the agent pushes the ConfigMap, cri-resmgr applies it without the key,
+    and the node says which key and the closest known one, as a warning: no error, the agent stays Ready."""
+    import logging
+
+    env.set_cm(DEFAULT, "1", policy=reserved("0") + "ReservedResource: 2\n", dump="Debug: true\n")
+    with caplog.at_level(logging.WARNING, logger="resmgr.agent"):
+        env.pusher.reconcile()
+    assert env.pusher.pushes == 1 and env.reporter.configs == [(DEFAULT, "")]
+    assert env.reporter.warnings == ["unknown field, left out of the config: policy.ReservedResource "
+                                     "(did you mean 'ReservedResources'?)"]
+    assert env.reporter.infos == [("accepted, not implemented by this cri-resmgr, ignored: dump.Debug", True)]
+    assert env.applier.applied[-1][0]["policy"] == {"Active": "topology-aware",
+                                                    "ReservedResources": {"cpu": "cpuset:0"}}
+    assert env.pusher.health("config-status") == "" and env.pusher.outcome.error == ""
+    assert any(r.levelno == logging.WARNING and "policy.ReservedResource (did you mean" in r.getMessage()
+               and DEFAULT in r.getMessage() for r in caplog.records)
+    # fixed: the warning goes away with the next outcome
+    env.set_cm(DEFAULT, "2", policy=reserved("0"))
+    env.later()
+    assert env.reporter.configs[-1] == (DEFAULT, "") and env.reporter.warnings[-1] == ""
+    assert env.pusher.pushes == 2 and env.applier.applied[-1][0]["policy"]["ReservedResources"] == {"cpu": "cpuset:0"}
 
 
 def test_force_config_wins_and_the_agent_stays_ready(env):

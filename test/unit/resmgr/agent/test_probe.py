@@ -35,7 +35,7 @@ def test_probe_healthy_and_unhealthy(agent_socket):
     r = run("cri-resmgr-agent-probe", "-query", "config-status", "-agent-socket", sock)
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr
     status["config-status"] = ("ConfigMap kube-system/cri-resmgr-config.default: invalid config field "
-                               "policy.Bogus: unknown field")
+                               "policy.Active: unknown policy 'bogus'")
     r = run("cri-resmgr-agent-probe", "-query", "config-status", "-agent-socket", sock)
     assert r.returncode == 1
     assert r.stderr.strip() == f"unhealthy: {status['config-status']}"

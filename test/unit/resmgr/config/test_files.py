@@ -99,3 +99,25 @@ def test_digest_is_of_the_bytes_read(tmp_path: Path) -> None:
     path = tmp_path / "f.cfg"
     path.write_bytes(GOOD.encode())
     assert read_config_file(path).digest == hashlib.sha256(GOOD.encode()).hexdigest()
+
+
+def test_startup_files_with_an_unknown_field_load_without_it_and_log_a_warning(tmp_path, caplog):
+    """cri-resmgr's startup (the relay reads both files through load_startup_files): a typo is no problem
+    that drops the file; the file's config is used without the key, and the log says which key and file."""
+    import logging
+
+    from resmgr.relay.startup import load_startup_files
+
+    (tmp_path / "force.cfg").write_text("policy:\n  Active: static\n  Activ: none\n")
+    (tmp_path / "fallback.cfg").write_text("logger:\n  Debug: relay\n  Debugs: dump\n")
+    with caplog.at_level(logging.WARNING, logger="resmgr.config"):
+        files, problems = load_startup_files(str(tmp_path / "force.cfg"), str(tmp_path / "fallback.cfg"))
+    assert problems == []
+    assert files.force_config == {"policy": {"Active": "static"}}
+    assert files.fallback_config == {"logger": {"Debug": ["relay"]}}
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"config from {tmp_path / 'force.cfg'}: unknown field, left out of the config: "
+                    "policy.Activ (did you mean 'Active'?)"),
+        ("WARNING", f"config from {tmp_path / 'fallback.cfg'}: unknown field, left out of the config: "
+                    "logger.Debugs (did you mean 'Debug'?)"),
+    ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from fixtures.hypothesis_profiles import examples
 from fixtures.seed_configs import SEED_BALLOONS, SEED_FALLBACK, SEED_TOPOLOGY_AWARE, UPSTREAM_BALLOONS
@@ -12,7 +14,9 @@ from resmgr.config import (
     MAX_CONFIG_BYTES,
     ConfigError,
     check_config_sections,
+    check_config_text,
     parse_cpu_constraint,
+    unknown_summary,
     validate_config_sections,
     validate_config_text,
 )
@@ -65,7 +69,6 @@ def test_empty_config_is_valid() -> None:
 @pytest.mark.parametrize(("text", "field", "words"), [
     ("policy:\n  Active: fancy\n", "policy.Active", "unknown policy 'fancy'"),
     ("policy:\n  Active: topolgy-aware\n", "policy.Active", "did you mean 'topology-aware'"),
-    ("policy:\n  Actve: none\n", "policy.Actve", "did you mean 'Active'"),
     ("policy:\n  Active: static\n  AvailableResources:\n    cpu: cpuset:3-1\n",
      "policy.AvailableResources.cpu", "descending"),
     ("policy:\n  ReservedResources:\n    cpu: lots\n",
@@ -84,11 +87,7 @@ def test_empty_config_is_valid() -> None:
      "policy.balloons.BalloonTypes[1].Name", "duplicate"),
     ("policy:\n  balloons:\n    BalloonTypes:\n      - MinCPUs: 1\n",
      "policy.balloons.BalloonTypes[0].Name", "required"),
-    ("policy:\n  balloons:\n    BalloonTypes:\n      - Name: a\n        MinCPU: 1\n",
-     "policy.balloons.BalloonTypes[0].MinCPU", "unknown field"),
     ("policy:\n  topology-aware:\n    PinCPU: 'yes'\n", "policy.topology-aware.PinCPU", "true or false"),
-    ("policy:\n  topology-aware:\n    PinCPUs: true\n", "policy.topology-aware.PinCPUs", "unknown field"),
-    ("polcy:\n  Active: none\n", "polcy", "unknown field"),
     ("policy:\n  AvailableResources:\n    gpu: 1\n", "policy.AvailableResources.gpu", "unknown resource"),
     ("policy: [1, 2]\n", "policy", "expected a mapping"),
     ("- just\n- a list\n", "<document>", "expected a mapping"),
@@ -105,6 +104,73 @@ def test_bad_configs_name_the_field(text: str, field: str, words: str) -> None:
     assert isinstance(info.value, ValueError)
 
 
+# Upstream decodes options with Go's lenient JSON decoder: an unknown key is not applied, and the config
+# starts. Here it is left out too, with a warning that suggests the closest known field.
+@pytest.mark.parametrize(("text", "unknown", "config"), [
+    ("policy:\n  Actve: none\n", ["policy.Actve (did you mean 'Active'?)"], {"policy": {}}),
+    ("policy:\n  balloons:\n    BalloonTypes:\n      - Name: a\n        MinCPU: 1\n",
+     ["policy.balloons.BalloonTypes[0].MinCPU (did you mean 'MinCPUs'?)"],
+     {"policy": {"balloons": {"BalloonTypes": [{"Name": "a"}]}}}),
+    ("policy:\n  Active: none\n  topology-aware:\n    PinCPUs: true\n    PinMemory: false\n",
+     ["policy.topology-aware.PinCPUs (did you mean 'PinCPU'?)"],
+     {"policy": {"Active": "none", "topology-aware": {"PinMemory": False}}}),
+    ("polcy:\n  Active: none\n", ["polcy (did you mean 'policy'?)"], {}),
+    # no close spelling: the warning names the field alone
+    ("logger:\n  Debug: policy\n  Frobnicate: 3\n", ["logger.Frobnicate"], {"logger": {"Debug": ["policy"]}}),
+    # the value of an unknown field is not checked: its type is unknown too
+    ("policy:\n  Active: none\n  Extra: {a: [1, 2]}\n", ["policy.Extra"], {"policy": {"Active": "none"}}),
+])
+def test_unknown_fields_are_left_out_with_a_warning(text: str, unknown: list[str], config: dict) -> None:
+    checked = check_config_text(text, source="fallback.cfg")
+    assert checked.unknown == unknown
+    assert checked.config == config and checked.ignored == []
+    assert unknown_summary(checked.unknown).startswith("unknown field, left out of the config: ")
+
+
+@pytest.mark.parametrize(("text", "field", "words"), [
+    # a known field with a wrong type or a bad value still refuses the config, beside an unknown one
+    ("policy:\n  balloons:\n    BalloonTypes:\n      - Name: a\n        PreferNewBalloon: true\n"
+     "        PreferNewBalloons: 'yes'\n", "policy.balloons.BalloonTypes[0].PreferNewBalloons", "true or false"),
+    ("policy:\n  Actve: none\n  Active: nosuch\n", "policy.Active", "unknown policy"),
+    ("polcy: {}\npolicy:\n  ReservedResources:\n    cpu: lots\n", "policy.ReservedResources.cpu", "invalid CPU"),
+])
+def test_wrong_types_and_values_still_refuse_beside_unknown_fields(text: str, field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_config_text(text)
+    assert info.value.field == field and words in str(info.value)
+
+
+def test_several_unknown_fields_are_reported_in_document_order() -> None:
+    checked = check_config_text("policy:\n  Active: none\n  Pin: 1\nlogger:\n  Debg: policy\n")
+    assert checked.unknown == ["policy.Pin", "logger.Debg (did you mean 'Debug'?)"]
+    assert unknown_summary(checked.unknown) == ("unknown fields, left out of the config: policy.Pin, "
+                                                "logger.Debg (did you mean 'Debug'?)")
+    assert unknown_summary([]) == ""
+
+
+def test_validate_logs_unknown_fields_as_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """cri-resmgr's log, wherever it validates (files at startup, the config plane, the cache): one warning."""
+    with caplog.at_level(logging.INFO, logger="resmgr.config"):
+        cfg = validate_config_text("policy:\n  Active: none\n  Actve: static\n", source="force.cfg")
+    assert cfg == {"policy": {"Active": "none"}}
+    [record] = [r for r in caplog.records if r.name == "resmgr.config"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == ("config from force.cfg: unknown field, left out of the config: "
+                                   "policy.Actve (did you mean 'Active'?)")
+    assert record.unknown_fields == ["policy.Actve (did you mean 'Active'?)"]
+
+
+def test_unknown_fields_checked_outside_a_config_check_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """A section checked alone (static-pools' pools file) leaves an unknown field out and logs it."""
+    from resmgr.config.schema import STATIC_POOLS
+
+    with caplog.at_level(logging.WARNING, logger="resmgr.config"):
+        out = STATIC_POOLS.check({"pools": {"shared": {"exclusiv": True}}}, "pools.yaml")
+    assert out == {"pools": {"shared": {}}}
+    assert [r.getMessage() for r in caplog.records] == [
+        "unknown field, left out of the config: pools.yaml.pools.shared.exclusiv (did you mean 'exclusive'?)"]
+
+
 def test_size_limit() -> None:
     big = "logger:\n  Debug: " + "x" * MAX_CONFIG_BYTES + "\n"
     with pytest.raises(ConfigError) as info:
@@ -118,18 +184,20 @@ def test_sections_form() -> None:
         "logger": "Debug: policy\n",
         "rdt": "options:\n  l3:\n    optional: true\n",
     }
-    cfg, ignored = check_config_sections(data, source="cri-resmgr-config.default")
+    checked = check_config_sections(data, source="cri-resmgr-config.default")
+    cfg = checked.config
     assert cfg["policy"]["Active"] == "topology-aware"
-    assert cfg["rdt"] == {"options": {"l3": {"optional": True}}} and ignored == []  # the rdt controller applies it
+    # the rdt controller applies it
+    assert cfg["rdt"] == {"options": {"l3": {"optional": True}}} and checked.ignored == []
     with pytest.raises(ConfigError) as info:
         validate_config_sections({"policy": "Active: nope\n"}, source="cm")
     assert info.value.field == "policy.Active" and str(info.value).startswith("cm: ")
     with pytest.raises(ConfigError) as info:
         validate_config_sections({"policy": "Active: [\n"})
     assert info.value.field == "policy"
-    with pytest.raises(ConfigError) as info:
-        validate_config_sections({"bogus": "a: 1\n"})
-    assert info.value.field == "bogus"
+    # An unknown section is left out with a warning, as upstream ignores it.
+    checked = check_config_sections({"bogus": "a: 1\n", "policy": "Active: none\n"})
+    assert checked.config == {"policy": {"Active": "none"}} and checked.unknown == ["bogus"]
 
 
 @pytest.mark.parametrize(("value", "kind", "expect"), [

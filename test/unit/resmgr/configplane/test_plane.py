@@ -35,8 +35,8 @@ def test_valid_config_is_applied_once_and_unchanged_is_not_reapplied():
 
 @pytest.mark.parametrize("sections,needle", [
     ({"policy": "Active: [unclosed"}, "invalid YAML"),
-    ({"policy": "Active: topology-aware\nBogus: 1\n"}, "policy.Bogus"),
-    ({"policyy": "Active: none\n"}, "policyy"),
+    # an unknown field is a warning, but the known field beside it is still checked
+    ({"policy": "Active: topology-aware\nBogus: 1\nReservedResources: [1]\n"}, "policy.ReservedResources"),
     ({"policy": "Active: topology-aware\n# " + "x" * (1024 * 1024) + "\n"}, "over the limit"),
     ({"policy": "Active: static\n"}, "switching the active policy"),
     *[({"rdt": text.split(":", 1)[1]}, message) for text, message in BOMBS.values()],
@@ -49,6 +49,36 @@ def test_bad_config_is_rejected_and_the_old_one_stays(sections, needle):
     assert needle in error
     assert len(applier.applied) == 1 and plane.status.source == "good"
     assert plane.status.last_error == error
+
+
+def test_unknown_fields_are_applied_without_them_and_logged(tmp_path: Path, caplog):
+    """Dynamic configs (the agent) and the re-read force file: upstream ignores an unknown key, so do we,
+    with a warning in cri-resmgr's log that names the key, the closest known one and where it came from."""
+    import logging
+
+    applier = RecordingApplier()
+    plane = ConfigPlane(applier)
+    sections = {"policy": "Active: topology-aware\nReservedResources:\n  cpu: cpuset:0\nReservedResource: 2\n",
+                "polic": "Active: none\n"}
+    with caplog.at_level(logging.WARNING, logger="resmgr.config"):
+        assert plane.set_config("", sections, "ConfigMap kube-system/cri-resmgr-config.default") == ""
+    assert applier.applied[-1][0] == {"policy": {"Active": "topology-aware", "ReservedResources": {"cpu": "cpuset:0"}}}
+    assert plane.status.last_error == ""
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [(
+        "WARNING", "config from ConfigMap kube-system/cri-resmgr-config.default: unknown fields, left out of the "
+                   "config: polic (did you mean 'policy'?), "
+                   "policy.ReservedResource (did you mean 'ReservedResources'?)")]
+
+    force = tmp_path / "force.cfg"
+    force.write_text("policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: cpuset:1\n  Activ: none\n")
+    plane = ConfigPlane(applier, force_config=str(force))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="resmgr.config"):
+        assert plane.reload_force_config() == ""
+    assert applier.applied[-1] == ({"policy": {"Active": "topology-aware", "ReservedResources": {"cpu": "cpuset:1"}}},
+                                   str(force), True)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"config from {force}: unknown field, left out of the config: policy.Activ (did you mean 'Active'?)"]
 
 
 def test_wrong_node_is_refused():

@@ -14,7 +14,7 @@ from unit.resmgr.policy_helpers import ctr, policy_from_yaml
 from resmgr.config import ConfigError
 from resmgr.manager.resources import ContainerInfo, policy_command, policy_env
 from resmgr.policy.base import ContainerEdits, RestoreError
-from resmgr.policy.static_pools import cmk_args_from_command, read_conf_dir
+from resmgr.policy.static_pools import cmk_args_from_command, read_conf_dir, read_conf_file
 from resmgr.topology import Topology
 
 # 2s-2n-16c-2t: socket 0 has cores 0-31 (+64-95), socket 1 cores 32-63 (+96-127).
@@ -148,8 +148,11 @@ def test_pools_from_file_and_cmk_directory(topo: Topology, tmp_path: Path) -> No
     assert sorted(p.pools) == ["exclusive", "infra", "shared"]  # the config's pools win over both
     with pytest.raises(ConfigError, match="no pools configured.*missing"):
         policy_from_yaml(base + f"    ConfDirPath: {tmp_path / 'missing'}\n", topo)
-    pools_file.write_text("pools:\n  shared:\n    cpuLists:\n    - Cpuset: 0-3\n      Sockets: 0\n")
-    with pytest.raises(ConfigError, match="Sockets"):
+    # Upstream reads the file with a lenient decoder: an unknown field is left out (and logged), a wrong type refuses.
+    pools_file.write_text("pools:\n  shared:\n    cpuLists:\n    - Cpuset: 0-3\n      Sockets: 1\n")
+    assert read_conf_file(str(pools_file)) == {"shared": {"cpuLists": [{"Cpuset": "0-3"}]}}
+    pools_file.write_text("pools:\n  shared:\n    cpuLists:\n    - Cpuset: 0-3\n      Socket: one\n")
+    with pytest.raises(ConfigError, match="Socket"):
         policy_from_yaml(base + f"    ConfFilePath: {pools_file}\n    ConfDirPath: {tmp_path / 'none'}\n", topo)
 
 
