@@ -12,6 +12,13 @@ watcher's own thread reads it and passes the exited containers' ids to the hook'
 for the containers that gain CPUs). Only the newest waiting answer is read: a relist that comes while
 the watcher is busy replaces the one waiting, and the next relist lists the same exits again.
 
+An exit kubelet has seen must be released before kubelet's next CreateContainer is decided: kubelet
+starts a pod's app container when its relist shows the init container exited, and the app container
+needs the CPUs. The relay hands the answer over right after sending it, before it relays anything
+else from the runtime on that connection, and kubelet creates nothing before it has further answers
+(SyncPod asks for the pod's status first); ``settle``, called before every CreateContainer decision,
+then finishes reading what was handed over (at once in the caller's thread if it still waits).
+
 Reading costs about 70 µs per relist of 200 containers (2 cores, upb): the answer is parsed with a
 message type of our own that names only the two fields read (``id`` and ``state`` of CRI's
 ``Container``), so labels, annotations and the rest are skipped, never built.
@@ -87,6 +94,7 @@ class ExitWatcher:
         self.metrics = metrics
         self._cond = threading.Condition(threading.Lock())
         self._waiting: tuple[bytes | memoryview, bytes | memoryview] | None = None
+        self._reading = False  # the thread is reading an answer
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -99,7 +107,7 @@ class ExitWatcher:
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            self._cond.notify()
+            self._cond.notify_all()
 
     def offer(self, request: bytes | memoryview, response: bytes | memoryview) -> None:
         """A ListContainers request and the runtime's successful answer (gRPC messages, unframed).
@@ -108,7 +116,16 @@ class ExitWatcher:
         """
         with self._cond:
             self._waiting = (request, response)
-            self._cond.notify()
+            self._cond.notify_all()
+
+    def settle(self) -> None:
+        """Finish reading the answers handed over so far (before a CreateContainer is decided)."""
+        with self._cond:
+            waiting, self._waiting = self._waiting, None
+            while self._reading:
+                self._cond.wait()
+        if waiting is not None:
+            self._read(*waiting)
 
     def observe(self, request: bytes | memoryview, response: bytes | memoryview) -> None:
         """Read one answer and hand its exited containers over (the watcher thread's work; tests call it)."""
@@ -130,8 +147,17 @@ class ExitWatcher:
                     return
                 request, response = self._waiting  # type: ignore[misc]
                 self._waiting = None
+                self._reading = True
             try:
-                self.observe(request, response)
-            except Exception:  # a malformed answer or a failing hook: logged and counted, the next relist tries again
-                log.exception("reading a ListContainers answer for exited containers failed")
-                self.metrics.policy_error(LISTING_METHOD, "exits")
+                self._read(request, response)
+            finally:
+                with self._cond:
+                    self._reading = False
+                    self._cond.notify_all()
+
+    def _read(self, request: bytes | memoryview, response: bytes | memoryview) -> None:
+        try:
+            self.observe(request, response)
+        except Exception:  # a malformed answer or a failing hook: logged and counted, the next relist tries again
+            log.exception("reading a ListContainers answer for exited containers failed")
+            self.metrics.policy_error(LISTING_METHOD, "exits")

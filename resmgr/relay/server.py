@@ -75,13 +75,14 @@ class Relay:
         self.runtime = UnaryClient(endpoint_path(runtime_socket))
         self.image = self.runtime if self.image_socket == runtime_socket else UnaryClient(
             endpoint_path(self.image_socket))
-        self.interceptor = Interceptor(self.hook, self.metrics, self._send_update, list_runtime=self._list_runtime,
-                                       container_resources=lambda ids: container_resources(self.runtime, ids))
         # Exits come to light only in the runtime's ListContainers answers (resmgr.relay.exits); a hook that
         # releases nothing on exits (the none policy's NoopHook) has them passed through unread.
         containers_exited = getattr(self.hook, "containers_exited", None)
-        self.exits = ExitWatcher(containers_exited, self.interceptor.apply_updates, self.metrics) \
-            if callable(containers_exited) else None
+        self.exits = ExitWatcher(containers_exited, lambda updates, method: self.interceptor.apply_updates(
+            updates, method), self.metrics) if callable(containers_exited) else None
+        self.interceptor = Interceptor(self.hook, self.metrics, self._send_update, list_runtime=self._list_runtime,
+                                       container_resources=lambda ids: container_resources(self.runtime, ids),
+                                       settle_exits=self.exits.settle if self.exits else None)
         self._observers = {f"/{RUNTIME_SERVICE}/{LISTING_METHOD}": self.exits.offer} if self.exits else {}
         self.snapshot: RuntimeSnapshot | None = None
         self.stopping = threading.Event()

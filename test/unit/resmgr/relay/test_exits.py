@@ -106,3 +106,37 @@ def test_the_thread_reads_the_newest_answer_and_survives_a_failing_hook() -> Non
     finally:
         go.set()
         watcher.close()
+
+
+def test_settle_reads_what_was_handed_over_before_it_returns() -> None:
+    """An answer still waiting is read in the caller's thread; one being read is waited for."""
+    rec = Recorder()
+    watcher = ExitWatcher(rec.release, rec.apply, RelayMetrics())  # no thread: nothing reads on its own
+    watcher.offer(request(), listing({"a": EXITED}))
+    watcher.settle()
+    assert rec.handed == [["a"]]
+    watcher.settle()
+    assert rec.handed == [["a"]], "an answer is read once"
+
+    events: list[str] = []
+    busy, go = threading.Event(), threading.Event()
+
+    def slow_release(ids):
+        busy.set()
+        go.wait(10)
+        events.append("released")
+        return []
+
+    watcher = ExitWatcher(slow_release, rec.apply, RelayMetrics())
+    watcher.start()
+    try:
+        watcher.offer(request(), listing({"b": EXITED}))
+        assert busy.wait(10)
+        settler = threading.Thread(target=lambda: (watcher.settle(), events.append("settled")))
+        settler.start()
+        go.set()
+        settler.join(10)
+        assert events == ["released", "settled"]
+    finally:
+        go.set()
+        watcher.close()
