@@ -140,3 +140,22 @@ def test_settle_reads_what_was_handed_over_before_it_returns() -> None:
     finally:
         go.set()
         watcher.close()
+
+
+def test_the_cut_down_listing_type_reads_cri_s_field_numbers() -> None:
+    """The descriptor written out in exits.py is the one its comment describes, with CRI's field numbers."""
+    from google.protobuf import descriptor_pb2
+
+    from resmgr.relay.exits import LISTING_DESCRIPTOR
+
+    f = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(name="resmgr/relay/exits_listing.proto", package="resmgr.exits",
+                                               syntax="proto3")
+    listed = proto.message_type.add(name="Listed")
+    container = api_pb2.Container.DESCRIPTOR
+    for name, kind in (("id", f.TYPE_STRING), ("state", f.TYPE_INT32)):
+        listed.field.add(name=name, number=container.fields_by_name[name].number, type=kind, label=f.LABEL_OPTIONAL)
+    listing = proto.message_type.add(name="Listing")
+    listing.field.add(name="containers", type=f.TYPE_MESSAGE, label=f.LABEL_REPEATED, type_name=".resmgr.exits.Listed",
+                      number=api_pb2.ListContainersResponse.DESCRIPTOR.fields_by_name["containers"].number)
+    assert descriptor_pb2.FileDescriptorProto.FromString(LISTING_DESCRIPTOR) == proto
