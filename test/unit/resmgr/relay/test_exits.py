@@ -109,14 +109,30 @@ def test_the_thread_reads_the_newest_answer_and_survives_a_failing_hook() -> Non
 
 
 def test_settle_reads_what_was_handed_over_before_it_returns() -> None:
-    """An answer still waiting is read in the caller's thread; one being read is waited for."""
-    rec = Recorder()
-    watcher = ExitWatcher(rec.release, rec.apply, RelayMetrics())  # no thread: nothing reads on its own
+    """An answer still waiting is read in the caller's thread; one being read is waited for. The updates the
+    release asks for are sent by the watcher's thread: a CreateContainer never waits for those runtime calls."""
+    update = ContainerUpdate("be", cpuset_cpus="0-1", reason="container exited")
+    rec = Recorder([update])
+    sent = threading.Event()
+    senders: list[str] = []
+
+    def apply(updates, method):
+        rec.apply(updates, method)
+        senders.append(threading.current_thread().name)
+        sent.set()
+
+    watcher = ExitWatcher(rec.release, apply, RelayMetrics())  # no thread yet: nothing reads on its own
     watcher.offer(request(), listing({"a": EXITED}))
     watcher.settle()
-    assert rec.handed == [["a"]]
+    assert rec.handed == [["a"]] and rec.applied == []
     watcher.settle()
     assert rec.handed == [["a"]], "an answer is read once"
+    watcher.start()
+    try:
+        assert sent.wait(10)
+        assert rec.applied == [([update], "ListContainers")] and senders == ["exit-watcher"]
+    finally:
+        watcher.close()
 
     events: list[str] = []
     busy, go = threading.Event(), threading.Event()
