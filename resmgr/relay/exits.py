@@ -72,7 +72,7 @@ _Listing = _listing_class()
 
 def can_show_exits(request: bytes | memoryview) -> bool:
     """Whether a ListContainers request may be answered with exited containers (a state filter other
-    than EXITED cannot: kubelet's every-2-s listing of running containers is not read at all)."""
+    than EXITED cannot: the listing of running containers for kubelet's runtime cache is not read)."""
     parsed = api_pb2.ListContainersRequest.FromString(request)
     return not (parsed.HasField("filter") and parsed.filter.HasField("state")
                 and parsed.filter.state.state != _EXITED)
