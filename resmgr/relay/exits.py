@@ -16,7 +16,7 @@ An exit kubelet has seen must be released before kubelet's next CreateContainer 
 starts a pod's app container when its relist shows the init container exited, and the app container
 needs the CPUs. The relay hands the answer over right after sending it, before it relays anything
 else from the runtime on that connection, and kubelet creates nothing before it has further answers
-(SyncPod asks for the pod's status first); ``settle``, called before every CreateContainer decision,
+(PLEG asks for the changed pod's status first); ``settle``, called before every CreateContainer decision,
 then finishes reading what was handed over (at once in the caller's thread if it still waits).
 
 Reading costs 55-75 µs per relist of 200 containers (2 cores, upb; see the README): the answer is
