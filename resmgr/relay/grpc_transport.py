@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from typing import Any
 
@@ -68,13 +68,15 @@ class GrpcTransport:
     """Serves the relay socket with a gRPC server that forwards over ``upstream``."""
 
     def __init__(self, *, relay_socket: str, upstream: Upstream, interceptor: Interceptor, metrics: RelayMetrics,
-                 dumper: Dumper, intercepted: frozenset[str], max_workers: int = 32) -> None:
+                 dumper: Dumper, intercepted: frozenset[str], max_workers: int = 32,
+                 observers: Mapping[str, Callable[[bytes, bytes], None]] | None = None) -> None:
         self.relay_socket = relay_socket
         self.upstream = upstream
         self.interceptor = interceptor
         self.metrics = metrics
         self.dumper = dumper
         self.intercepted = intercepted
+        self.observers = dict(observers or {})  # path -> reader of a unary call's request and answer
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="relay"),
                                    handlers=[_GenericHandler(self)], options=SERVER_OPTIONS)
 
@@ -121,10 +123,12 @@ class GrpcTransport:
         if path in self.intercepted:
             return grpc.unary_unary_rpc_method_handler(self._intercepted_handler(method, upstream_uu, runtime))
         return grpc.unary_unary_rpc_method_handler(
-            self._unary_handler(path, name, upstream_uu, cancellable=name not in HOT_METHODS, runtime=runtime))
+            self._unary_handler(path, name, upstream_uu, cancellable=name not in HOT_METHODS, runtime=runtime,
+                                observer=self.observers.get(path)))
 
     def _unary_handler(self, path: str, name: str, upstream_uu: grpc.UnaryUnaryMultiCallable, *,
-                       cancellable: bool, runtime: str) -> Callable[[bytes, grpc.ServicerContext], bytes]:
+                       cancellable: bool, runtime: str, observer: Callable[[bytes, bytes], None] | None = None
+                       ) -> Callable[[bytes, grpc.ServicerContext], bytes]:
         observe = self.metrics.observe
         dumper = self.dumper
 
@@ -140,6 +144,8 @@ class GrpcTransport:
             observe(name, "OK", latency)
             if dumper.enabled(name):
                 dumper.dump(path, name, request, response, None, latency)
+            if observer is not None:  # only hands the bytes over (resmgr.relay.exits reads them on its own thread)
+                observer(request, response)
             return response
         return unary
 

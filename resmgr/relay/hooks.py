@@ -74,8 +74,11 @@ class ResourceManagerHook(Protocol):
 
     Entry points that are optional, called when the hook has them (the updates they return are sent):
     ``failed(method, request[, call])`` when the runtime failed a call, ``sync_with_runtime(pods,
-    containers)`` at startup with the runtime's listing, and ``reconfigure(config)`` with a re-read
-    forced config.
+    containers)`` at startup with the runtime's listing, ``reconfigure(config)`` with a re-read
+    forced config, and ``containers_exited(ids)`` with the containers a ListContainers answer to
+    kubelet listed as exited (resmgr.relay.exits; the same ids come again at every relist, so it
+    must be cheap for ids it already released). A hook without ``containers_exited`` costs the
+    relay nothing per ListContainers.
     """
 
     def before(self, method: str, request: Message) -> HookResult:

@@ -40,8 +40,11 @@ class Interceptor:
 
     def __init__(self, hook: ResourceManagerHook, metrics: RelayMetrics, send_update: UpdateSender,
                  list_runtime: RuntimeLister | None = None,
-                 container_resources: Callable[[list[str]], dict[str, Any]] | None = None) -> None:
+                 container_resources: Callable[[list[str]], dict[str, Any]] | None = None,
+                 settle_exits: Callable[[], None] | None = None) -> None:
         self.hook = hook
+        # Exits already handed over from ListContainers answers are released before a create is decided.
+        self.settle_exits = settle_exits
         self.list_runtime = list_runtime
         self.container_resources = container_resources
         self._resyncing = threading.Lock()
@@ -65,6 +68,8 @@ class Interceptor:
         outgoing = raw_request
         call: object = None
         placed: ContainerUpdate | None = None
+        if name == "CreateContainer" and self.settle_exits is not None:
+            self._call_hook(name, "exits", self.settle_exits)
         result = self._call_hook(name, "before", self.hook.before, name, request)
         if isinstance(result, HookResult):
             if result.request is not None and result.request is not request:

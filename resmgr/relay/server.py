@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from resmgr.options import TRANSPORTS
 from resmgr.relay.dump import Dumper
+from resmgr.relay.exits import LISTING_METHOD, ExitWatcher
 from resmgr.relay.hooks import INTERCEPTED_METHODS, NoopHook, ResourceManagerHook
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import RUNTIME_SERVICE
@@ -74,8 +75,15 @@ class Relay:
         self.runtime = UnaryClient(endpoint_path(runtime_socket))
         self.image = self.runtime if self.image_socket == runtime_socket else UnaryClient(
             endpoint_path(self.image_socket))
+        # Exits come to light only in the runtime's ListContainers answers (resmgr.relay.exits); a hook that
+        # releases nothing on exits (the none policy's NoopHook) has them passed through unread.
+        containers_exited = getattr(self.hook, "containers_exited", None)
+        self.exits = ExitWatcher(containers_exited, lambda updates, method: self.interceptor.apply_updates(
+            updates, method), self.metrics) if callable(containers_exited) else None
         self.interceptor = Interceptor(self.hook, self.metrics, self._send_update, list_runtime=self._list_runtime,
-                                       container_resources=lambda ids: container_resources(self.runtime, ids))
+                                       container_resources=lambda ids: container_resources(self.runtime, ids),
+                                       settle_exits=self.exits.settle if self.exits else None)
+        self._observers = {f"/{RUNTIME_SERVICE}/{LISTING_METHOD}": self.exits.offer} if self.exits else {}
         self.snapshot: RuntimeSnapshot | None = None
         self.stopping = threading.Event()
         self._transport: SpliceServer | GrpcTransport | None = None
@@ -96,15 +104,19 @@ class Relay:
         if self.transport == "splice":
             transport = SpliceServer(relay_socket=self.relay_socket,
                                      runtime_socket=endpoint_path(self.runtime_socket), interceptor=self.interceptor,
-                                     metrics=self.metrics, dumper=self.dumper, intercepted=self._intercepted)
+                                     metrics=self.metrics, dumper=self.dumper, intercepted=self._intercepted,
+                                     observers=self._observers)
         else:
             from resmgr.relay.forwarding import Upstream  # grpcio: only for this transport
             from resmgr.relay.grpc_transport import GrpcTransport
             transport = GrpcTransport(relay_socket=self.relay_socket,
                                       upstream=Upstream(self.runtime_socket, self.image_socket),
                                       interceptor=self.interceptor, metrics=self.metrics, dumper=self.dumper,
-                                      intercepted=self._intercepted, max_workers=self.max_workers)
+                                      intercepted=self._intercepted, max_workers=self.max_workers,
+                                      observers=self._observers)
         transport.bind(SOCKET_MODE)
+        if self.exits is not None:
+            self.exits.start()
         transport.start()
         self._transport = transport
         if self.pid_file:
@@ -127,6 +139,8 @@ class Relay:
                 os.unlink(self.relay_socket)
             except FileNotFoundError:
                 pass
+        if self.exits is not None:
+            self.exits.close()
         self.runtime.close()
         if self.image is not self.runtime:
             self.image.close()

@@ -34,7 +34,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from resmgr.relay.dump import Dumper
@@ -71,6 +71,9 @@ MAX_HEADER_LIST = 1 << 24
 H2_CANCEL = 0x8
 H2_ENHANCE_YOUR_CALM = 0xB  # grpc-go reports it as RESOURCE_EXHAUSTED
 
+# Reads a unary call's request and successful answer (unframed messages) after the answer went to the client.
+Observer = Callable[[memoryview, memoryview], None]
+
 OK, CANCELLED, UNKNOWN = 0, 1, 2
 RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE = 8, 13, 14
 
@@ -97,6 +100,7 @@ class _Route:
     intercepted: bool
     server_streaming: bool
     method: CriMethod | None
+    observer: Observer | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -110,6 +114,7 @@ class _Stream:
     hold: bool = False  # intercepted: request DATA is held for the hook
     collect: bool = False  # keep request/response bytes (interception or dumping)
     keep_response: bool = True  # False for server streams: a dump never holds a whole stream
+    observer: Observer | None = None  # reads the request and answer once the call succeeded (resmgr.relay.exits)
     request: bytearray = field(default_factory=bytearray)
     response: bytearray = field(default_factory=bytearray)
     response_headers_seen: bool = False
@@ -130,6 +135,13 @@ def _header_payload(ftype: int, flags: int, payload: memoryview) -> memoryview:
             start += 5
         return payload[start:end]
     return payload
+
+
+def _unframed(data: bytearray) -> memoryview | None:
+    """The single uncompressed gRPC message in ``data``, without copying it; None if it is anything else."""
+    if len(data) < 5 or data[0] != 0 or int.from_bytes(data[1:5], "big") != len(data) - 5:
+        return None
+    return memoryview(data)[5:]
 
 
 def _data_payload(flags: int, payload: memoryview) -> memoryview:
@@ -484,6 +496,9 @@ class _Connection:
             stream.hold = stream.collect = True
             with self.flow_lock:
                 self.stream_windows[sid] = self.stream_initial_window
+        elif route.observer is not None:
+            stream.observer = route.observer
+            stream.collect = True
         elif self.server.dumper.enabled(route.name):
             stream.collect = True
             stream.keep_response = not route.server_streaming
@@ -654,6 +669,11 @@ class _Connection:
             response = grpc_message(bytes(stream.response)) if stream.collect and code == OK else None
             dumper.dump(stream.path, stream.name, request, response,
                         None if code == OK else f"{code_name}: {message}", latency)
+        if stream.observer is not None and code == OK:
+            # The stream is finished: nothing appends to its buffers any more, so views of them are safe.
+            request_message, response_message = _unframed(stream.request), _unframed(stream.response)
+            if request_message is not None and response_message is not None:
+                stream.observer(request_message, response_message)
 
     # -- interception ----------------------------------------------------------------------
 
@@ -706,13 +726,14 @@ class SpliceServer:
 
     def __init__(self, *, relay_socket: str, runtime_socket: str, interceptor: Interceptor,
                  metrics: RelayMetrics, dumper: Dumper, intercepted: frozenset[str], max_workers: int = 64,
-                 connect_timeout: float = 5.0) -> None:
+                 connect_timeout: float = 5.0, observers: Mapping[str, Observer] | None = None) -> None:
         self.relay_socket = relay_socket
         self.runtime_socket = runtime_socket
         self.interceptor = interceptor
         self.metrics = metrics
         self.dumper = dumper
         self.intercepted = intercepted
+        self.observers = dict(observers or {})  # path -> reader of unary calls that are passed through
         # An intercepted call keeps its worker until the runtime answers (a StopContainer: its whole grace
         # period), and calls are not serialized: enough workers that parallel pod starts and slow stops
         # do not queue behind each other (made when needed, retired when idle).
@@ -800,9 +821,11 @@ class SpliceServer:
         if route is None:
             path = raw_path.decode("utf-8", "replace")
             method = cri_methods().get(path)
+            unary = method is not None and not method.server_streaming and not method.client_streaming
             route = _Route(path, short_name(path), method is not None, path in self.intercepted,
                            method is not None and method.server_streaming,
-                           method if path in self.intercepted else None)
+                           method if path in self.intercepted else None,
+                           self.observers.get(path) if unary and path not in self.intercepted else None)
             if method is not None:  # bounded: a client inventing paths must not grow this
                 self._routes[raw_path] = route
         return route

@@ -10,6 +10,9 @@ reserve B, answer B, fail A, ...), sending every container update through the re
 * a reservation keeps what was decided for it until its call is answered (another call's
   refused resize must not undo it);
 * a failed create released its reservation (checked in the rule);
+* a container the runtime lists as exited (the relay's exit watcher hands it over) holds nothing, and
+  a re-created container (kubelet's restart: a create of the same name in the same pod) takes over from
+  its older instance, which holds nothing either;
 * what the runtime holds equals the policy's placements, for every created container whose
   own resize is not in flight (the runtime keeps its old cpuset until it answers);
 * the cache equals the policy state: whenever no call is in flight, a resource manager restored
@@ -85,6 +88,7 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
             self.order = UpdateOrder()
             self.inflight: list[InFlight] = []
             self.pods: list[str] = []
+            self.exited: set[str] = set()  # created containers the runtime lists as exited
             self.n = 0
             self.initial = self.d.rm.policy.exclusive_sets()
 
@@ -125,6 +129,28 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
             self.n += 1
             self.begin("CreateContainer", create_request(pod, self.d.runtime.pods[pod], f"c{self.n}",
                                                          cpu_milli=milli))
+
+        @precondition(lambda self: self.d.runtime.cpusets)
+        @rule(data=st.data(), milli=MILLI)
+        def reserve_recreate(self, data: st.DataObject, milli: int) -> None:
+            """kubelet restarts a container: a create of the same name in the same pod (its exit seen or not)."""
+            rt = self.d.runtime
+            old = data.draw(st.sampled_from(sorted(rt.cpusets)))
+            pod = rt.container_pod[old]
+            if "besteffort" in rt.pods[pod].linux.cgroup_parent:
+                milli = 0
+            self.begin("CreateContainer", create_request(pod, rt.pods[pod], rt.container_name[old], cpu_milli=milli))
+            assert old not in self.d.rm.policy.containers, "the older instance of a re-created container kept resources"
+            self.exited.add(old)
+
+        @precondition(lambda self: self.d.runtime.cpusets)
+        @rule(data=st.data())
+        def exit(self, data: st.DataObject) -> None:
+            """A container exits; a relist lists it (and every earlier exit) as exited: the watcher hands them over."""
+            cid = data.draw(st.sampled_from(sorted(self.d.runtime.cpusets)))
+            self.exited.add(cid)
+            self.send(self.d.rm.containers_exited(sorted(self.exited)))
+            assert not self.exited & set(self.d.rm.policy.containers), "an exited container holds resources"
 
         @precondition(lambda self: self.inflight)
         @rule(data=st.data())
@@ -200,6 +226,7 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
             if idle:
                 cid = data.draw(st.sampled_from(idle))
                 freed = self.d.rm.policy.grants.get(cid)
+                self.exited.discard(cid)
                 # Its updates for other containers go in decision order too, as every update in the relay does.
                 self.d.remove_container(cid, send=self.send)
                 if freed is not None and freed.exclusive:
@@ -235,6 +262,7 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
                 # re-allocates them until sync_with_runtime sees them exited.)
                 assert {c: g for c, g in restored.policy.grants.items() if c in created} == {
                     c: g for c, g in rm.policy.grants.items() if not c.startswith(PENDING_PREFIX)}
+                assert not self.exited & set(restored.policy.containers), "a restore placed an exited container"
 
         def check_drained(self) -> None:
             """Answer everything, remove everything: the policy is back where it started."""
@@ -243,6 +271,7 @@ def make_machine(topology: Topology, config_text: str) -> type[RuleBasedStateMac
                 self.send(self.d.rm.failed(call.method, call.result.request or call.request, call.result.call))
             for cid in sorted(self.d.runtime.cpusets):
                 self.d.remove_container(cid, send=self.send)
+            self.exited.clear()
             assert not self.d.rm.policy.containers
             if self.d.rm.policy.name != "balloons":
                 assert self.d.rm.policy.exclusive_sets() == self.initial

@@ -228,3 +228,22 @@ def test_fuzz_decode_and_hook_path_never_fails_the_call(method, raw, response, b
     if behaviour != "pin":
         # Nobody rewrote the request, so the runtime got exactly the caller's bytes.
         assert rec.sent[0] == raw
+
+
+def test_exits_handed_over_are_settled_before_a_create_is_decided() -> None:
+    """kubelet creates a pod's app container once its relist showed the init container exited: the relay
+    finishes reading the ListContainers answers it handed over (resmgr.relay.exits) before the decision."""
+    order: list[str] = []
+
+    class Hook(NoopHook):
+        def before(self, method, request):
+            order.append(f"before {method}")
+            return HookResult()
+
+    rec = Recorder()
+    interceptor = Interceptor(Hook(), RelayMetrics(), rec.send_update, settle_exits=lambda: order.append("settle"))
+    interceptor.handle(CREATE, create_request().SerializeToString(), rec.forward)
+    stop = cri_methods()[f"/{RUNTIME_SERVICE}/StopContainer"]
+    interceptor.handle(stop, api_pb2.StopContainerRequest(container_id="x").SerializeToString(),
+                       lambda raw: api_pb2.StopContainerResponse().SerializeToString())
+    assert order == ["settle", "before CreateContainer", "before StopContainer"]

@@ -48,6 +48,7 @@ class Upstream(threading.Thread):
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
         self.requests: dict[int, tuple[dict[bytes, bytes], bytearray]] = {}
         self.lock = threading.Lock()
+        self.replies: dict[bytes, bytes] = {}  # path -> the message to answer with (default: a create's answer)
 
     def run(self) -> None:
         self.conn.initiate_connection()
@@ -61,12 +62,13 @@ class Upstream(threading.Thread):
                         self.requests[event.stream_id][1].extend(event.data)
                         self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                     elif isinstance(event, h2.events.StreamEnded):
-                        body = self.requests[event.stream_id][1]
-                        reply = grpc_frame(api_pb2.CreateContainerResponse(container_id=f"c{len(body)}")
-                                           .SerializeToString())
+                        headers, body = self.requests[event.stream_id]
+                        reply = grpc_frame(self.replies.get(headers[b":path"]) or api_pb2.CreateContainerResponse(
+                            container_id=f"c{len(body)}").SerializeToString())
                         sid = event.stream_id
                         self.conn.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
-                        self.conn.send_data(sid, reply, pad_length=7)
+                        for i in range(0, len(reply), 16000):  # within the default frame size
+                            self.conn.send_data(sid, reply[i:i + 16000], pad_length=7)
                         self.conn.send_headers(sid, [(b"grpc-status", b"0")], end_stream=True)
                 self.sock.sendall(self.conn.data_to_send())
 
@@ -115,14 +117,15 @@ class Growing(NoopHook):
 
 @pytest.fixture
 def spliced():
-    def make(hook):
+    def make(hook, observers=None):
         client_sock, relay_client = socket.socketpair()
         relay_upstream, upstream_sock = socket.socketpair()
         metrics = RelayMetrics()
         interceptor = Interceptor(hook, metrics, lambda raw: None)
         server = SpliceServer(relay_socket="unused", runtime_socket="unused", interceptor=interceptor,
                               metrics=metrics, dumper=Dumper(),
-                              intercepted=frozenset(f"/runtime.v1.RuntimeService/{m}" for m in INTERCEPTED_METHODS))
+                              intercepted=frozenset(f"/runtime.v1.RuntimeService/{m}" for m in INTERCEPTED_METHODS),
+                              observers=observers)
         connection = _Connection(server, relay_client, relay_upstream)
         threading.Thread(target=connection.run, daemon=True).start()
         upstream = Upstream(upstream_sock)
@@ -183,3 +186,33 @@ def test_padding_and_continuation_frames_keep_header_decoding_in_step(spliced):
     assert seen == [(VERSION, 40000), (VERSION, 0), (CREATE, 40000), (VERSION, 0)]
     # The relay decoded every header block in order: all calls were attributed to the right method.
     assert counted(metrics, "Version", 3) and counted(metrics, "CreateContainer", 1)
+
+
+LIST = "/runtime.v1.RuntimeService/ListContainers"
+
+
+def test_an_observed_call_is_handed_over_after_its_answer(spliced):
+    """ListContainers passes through untouched; once the runtime's answer (here 120 containers in several DATA
+    frames, padded) went to the client, its request and answer are handed to the observer (resmgr.relay.exits)."""
+    seen: list[tuple[bytes, bytes]] = []
+    got = threading.Event()
+
+    def observe(req, resp):
+        seen.append((bytes(req), bytes(resp)))
+        got.set()
+
+    client, upstream, metrics, _ = spliced(NoopHook(), {LIST: observe})
+    answer = api_pb2.ListContainersResponse()
+    for i in range(120):
+        answer.containers.add(id=f"{i:064x}", state=api_pb2.CONTAINER_EXITED if i % 3 else 0,
+                              labels={"io.kubernetes.container.name": "x" * 300})
+    listing = answer.SerializeToString()
+    assert 16384 * 2 < len(listing) < 65535 - 5  # several frames, within the simple upstream's window
+    upstream.replies[LIST.encode()] = listing
+    req = api_pb2.ListContainersRequest(filter=api_pb2.ContainerFilter()).SerializeToString()
+    body, trailers = client.call(LIST, req, pad=9)
+    assert trailers[b"grpc-status"] == b"0" and grpc_message(body) == listing
+    assert got.wait(10)
+    assert seen == [(req, listing)]
+    client.call(VERSION, b"")  # other methods are not observed
+    assert counted(metrics, "Version", 1) and len(seen) == 1
