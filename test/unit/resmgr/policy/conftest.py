@@ -29,3 +29,18 @@ def tiny_topologies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Topol
 @pytest.fixture(scope="session")
 def all_topologies(topologies: dict[str, Topology], tiny_topologies: dict[str, Topology]) -> dict[str, Topology]:
     return {**topologies, **tiny_topologies}
+
+
+# Upstream's e2e VMs for the balloons tests (test/e2e/policies.test-suite/balloons/n4c16 and n4c32, 2 threads per
+# core): n4c16 is 2 packages x 2 NUMA nodes x 2 cores; n4c32 is 2 packages x 2 dies x 2 NUMA nodes x 2 cores,
+# i.e. 8 NUMA nodes of 4 CPUs (despite its name). CPUs are numbered as Linux does, not as Qemu does.
+UPSTREAM_VMS = {
+    "n4c16": Shape(packages=2, nodes_per_package=2, cores_per_node=2, threads_per_core=2),
+    "n4c32": Shape(packages=2, nodes_per_package=4, dies_per_package=2, cores_per_node=2, threads_per_core=2),
+}
+
+
+@pytest.fixture(scope="session")
+def upstream_vms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Topology]:
+    base: Path = tmp_path_factory.mktemp("upstream-vm-sysfs")
+    return {name: discover_topology(build_sysfs(base / name, shape)) for name, shape in UPSTREAM_VMS.items()}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fixtures.seed_configs import SEED_BALLOONS, UPSTREAM_BALLOONS
-from unit.resmgr.policy_helpers import burstable, ctr, policy_from_yaml
+from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
 
 from resmgr.topology import Topology, parse_cpuset
 
@@ -83,8 +83,8 @@ policy:
     assert p.grants["a3"].pool != b.name
     second = p.balloons[p.grants["a3"].pool]
     assert len(second.cpus) == 5 and not second.cpus & b.cpus
-    p.allocate("a4", burstable("a4", 6000, ns="app-z"))  # MaxBalloons reached: overcommit
-    assert p.grants["a4"].pool in (b.name, second.name)
+    p.allocate("a4", burstable("a4", 6000, ns="app-z"))  # MaxBalloons reached, no room: left alone
+    assert "a4" not in p.grants and p.placement("a4") == (None, None)
     p.release("a2")
     p.release("a4")
     assert len(p.balloons[b.name].cpus) == 2
@@ -92,3 +92,315 @@ policy:
     p.release("a3")
     assert not [x for x in p.balloons.values() if x.type == "app"]
     assert len(p._free) == 255  # everything but the reserved CPU came back
+
+
+# -- upstream's e2e scenarios (test/e2e/policies.test-suite/balloons), replayed on the policy -----------------------
+ANNOTATION = "balloon.balloons.cri-resource-manager.intel.com"
+# test/e2e/policies.test-suite/balloons/cri-resmgr.cfg (CPU classes left out)
+UPSTREAM_E2E = """\
+policy:
+  Active: balloons
+  AvailableResources:
+    CPU: cpuset:1-15
+  ReservedResources:
+    CPU: 1
+  balloons:
+    PinCPU: true
+    PinMemory: true
+    BalloonTypes:
+      - Name: two-cpu
+        MinCPUs: 2
+        MaxCPUs: 2
+        AllocatorPriority: 0
+        PreferNewBalloons: true
+      - Name: three-cpu
+        Namespaces:
+          - "three"
+        MinCPUs: 3
+        AllocatorPriority: 1
+        PreferSpreadingPods: true
+      - Name: four-cpu
+        MinCPUs: 4
+        MaxCPUs: 8
+        MinBalloons: 1
+        AllocatorPriority: 2
+      - Name: five-cpu
+        MaxCPUs: 5
+        AllocatorPriority: 3
+        PreferSpreadingPods: true
+        PreferNewBalloons: true
+"""
+
+
+def pod(p, name: str, milli: list[int], *, ns: str = "default", balloon: str | None = None,
+        qos=burstable) -> list[str]:
+    """One pod's containers allocated in order (``<name>c<i>``) as upstream's balloons-busybox makes them:
+    ``qos`` with the CPU request, BestEffort where it is 0."""
+    annotations = {ANNOTATION: balloon} if balloon else None
+    cids = []
+    for i, m in enumerate(milli):
+        cid = f"{name}c{i}"
+        make = qos if m else ctr
+        p.allocate(cid, make(cid, m, ns=ns, pod=name, annotations=annotations) if m else
+                   make(cid, ns=ns, pod=name, annotations=annotations))
+        cids.append(cid)
+    return cids
+
+
+def cpus(p, cid: str) -> frozenset[int]:
+    return p.placement(cid)[0]
+
+
+def cores(topo: Topology, cpuset: frozenset[int]) -> set:
+    return {topo.core_of(c) for c in cpuset}
+
+
+def test_basic_placement_spreads_pods_when_asked(upstream_vms: dict[str, Topology]) -> None:
+    """Upstream n4c16/test01-basic-placement: a pod's containers share a balloon, unless its type prefers
+    spreading pods; then each container gets its own instance."""
+    p = policy_from_yaml(UPSTREAM_E2E, upstream_vms["n4c16"])
+    pod0 = pod(p, "pod0", [0, 0], ns="kube-system")
+    assert cpus(p, pod0[0]) == cpus(p, pod0[1]) == p.reserved and len(p.reserved) == 1
+    pod1 = pod(p, "pod1", [100, 100], balloon="two-cpu")
+    assert cpus(p, pod1[0]) == cpus(p, pod1[1]) and len(cpus(p, pod1[0])) == 2
+    pod2 = pod(p, "pod2", [100], balloon="two-cpu")  # PreferNewBalloons: another instance
+    assert len(cpus(p, pod2[0])) == 2 and not cpus(p, pod2[0]) & cpus(p, pod1[0])
+    pod3 = pod(p, "pod3", [1500, 1500], ns="three")  # fits one three-cpu instance, spreading or not
+    assert cpus(p, pod3[0]) == cpus(p, pod3[1]) and len(cpus(p, pod3[0])) == 3
+    for cid in [*pod0, *pod1, *pod2, *pod3]:
+        p.release(cid)
+    pod4 = pod(p, "pod4", [3000, 3000, 3000], balloon="four-cpu")
+    assert cpus(p, pod4[0]) == cpus(p, pod4[1]) and len(cpus(p, pod4[0])) == 6
+    assert len(cpus(p, pod4[2])) == 4 and not cpus(p, pod4[2]) & cpus(p, pod4[0])
+    for cid in pod4:
+        p.release(cid)
+    pod5 = pod(p, "pod5", [1250, 1250, 1250], balloon="five-cpu")  # PreferSpreadingPods: one instance each
+    sets = [cpus(p, cid) for cid in pod5]
+    assert [len(s) for s in sets] == [2, 2, 2] and len(set().union(*sets)) == 6
+    assert len({p.grants[cid].pool for cid in pod5}) == 3
+
+
+def test_prefer_new_balloons_fills_the_empty_minballoons_first(topologies: dict[str, Topology]) -> None:
+    """Upstream's sample config: full-core-turbo has MinBalloons 2 and PreferNewBalloons; the first two pods
+    take the two instances made at start, only the third makes a new one."""
+    p = policy_from_yaml(UPSTREAM_BALLOONS, topologies["8numa-256"])
+    first = [b.name for b in p.balloons.values() if b.type == "full-core-turbo"]
+    assert first == ["full-core-turbo[0]", "full-core-turbo[1]"]
+    for i in range(3):
+        p.allocate(f"hp{i}", burstable(f"hp{i}", 500, ns="highperf"))
+    assert [p.grants[f"hp{i}"].pool for i in range(3)] == [*first, "full-core-turbo[2]"]
+
+
+MAXBALLOONS = """\
+policy:
+  Active: balloons
+  ReservedResources:
+    CPU: 1
+  balloons:
+    PinCPU: true
+    PinMemory: true
+    BalloonTypes:
+      - Name: singleton
+        MinCPUs: 2
+        MaxCPUs: 2
+        MinBalloons: 1
+        MaxBalloons: 1
+      - Name: dynamictwo
+        MaxCPUs: 1
+        MaxBalloons: 2
+"""
+
+
+def test_no_suitable_balloon_leaves_the_container_alone(upstream_vms: dict[str, Topology]) -> None:
+    """Upstream n4c16/test07-maxballoons: a container no instance can take fails there ("no suitable balloon
+    instance available"); here it gets no grant and runs unpinned, and no balloon is overcommitted.
+    (Upstream's config misspells PreferNewBalloons for dynamictwo, so it does not prefer new balloons.)"""
+    p = policy_from_yaml(MAXBALLOONS, upstream_vms["n4c16"])
+    pod0 = pod(p, "pod0", [1500], balloon="singleton", qos=guaranteed)
+    assert len(cpus(p, pod0[0])) == 2
+    pod1 = pod(p, "pod1", [500], balloon="singleton", qos=guaranteed)
+    assert cpus(p, pod1[0]) == cpus(p, pod0[0])
+    full = pod(p, "full", [100], balloon="singleton", qos=guaranteed)
+    assert full[0] not in p.grants and p.placement(full[0]) == (None, None)
+    assert p.balloons["singleton[0]"].requested == 2000
+    p.release(full[0])
+    pod2 = pod(p, "pod2", [800], balloon="dynamictwo", qos=guaranteed)
+    assert len(cpus(p, pod2[0])) == 1
+    pod3 = pod(p, "pod3", [600], balloon="dynamictwo", qos=guaranteed)
+    assert len(cpus(p, pod3[0])) == 1 and not cpus(p, pod3[0]) & cpus(p, pod2[0])
+    pod4 = pod(p, "pod4", [300], balloon="dynamictwo", qos=guaranteed)
+    assert cpus(p, pod4[0]) == cpus(p, pod3[0])
+    pod5 = pod(p, "pod5", [300], balloon="dynamictwo", qos=guaranteed)
+    assert pod5[0] not in p.grants and p.placement(pod5[0]) == (None, None)
+    assert sorted(b.requested for b in p.balloons.values() if b.type == "dynamictwo") == [800, 900]
+
+
+NUMA = """\
+policy:
+  Active: balloons
+  AvailableResources:
+    CPU: cpuset:0-15
+  ReservedResources:
+    CPU: 1
+  balloons:
+    PinCPU: true
+    PinMemory: true
+    BalloonTypes:
+      - Name: fit-in-numa
+        Namespaces:
+          - "*"
+        MinCPUs: 0
+        MaxCPUs: 4
+        AllocatorPriority: 0
+        PreferNewBalloons: false
+"""
+
+
+def test_balloons_fill_a_numa_node_and_keep_one_cpu(upstream_vms: dict[str, Topology]) -> None:
+    """Upstream n4c16/test08-numa: a BestEffort container still gets a CPU of its own; the balloon grows with
+    its Guaranteed containers up to MaxCPUs, then a new balloon starts; kube-system stays on the reserved
+    CPUs although the type's namespaces are "*"."""
+    p = policy_from_yaml(NUMA, upstream_vms["n4c16"])
+    system = pod(p, "sys", [0], ns="kube-system")
+    assert cpus(p, system[0]) == p.reserved
+    pod0 = pod(p, "pod0", [0])
+    assert len(cpus(p, pod0[0])) == 1 and not cpus(p, pod0[0]) & p.reserved
+    guaranteed_pods = [pod(p, f"pod{i}", [1000], qos=guaranteed)[0] for i in (1, 2, 3, 4)]
+    assert len(cpus(p, pod0[0])) == 4
+    assert all(cpus(p, cid) == cpus(p, pod0[0]) for cid in guaranteed_pods)
+    pod5 = pod(p, "pod5", [0])
+    assert cpus(p, pod5[0]) == cpus(p, pod0[0])
+    pod6 = pod(p, "pod6", [1000], qos=guaranteed)
+    assert len(cpus(p, pod6[0])) == 1 and not cpus(p, pod6[0]) & cpus(p, pod0[0])
+    for cid in guaranteed_pods[:3]:
+        p.release(cid)
+    assert len(cpus(p, pod0[0])) == 1 and cpus(p, pod0[0]) == cpus(p, guaranteed_pods[3]) == cpus(p, pod5[0])
+    p.release(guaranteed_pods[3])  # BestEffort only: still one CPU
+    assert len(cpus(p, pod0[0])) == 1 and not cpus(p, pod0[0]) & (p.reserved | cpus(p, pod6[0]))
+
+
+NAMESPACE = """\
+policy:
+  Active: balloons
+  ReservedResources:
+    CPU: 1
+  balloons:
+    PinCPU: true
+    PinMemory: true
+    BalloonTypes:
+      - Name: nsballoon
+        Namespaces:
+          - "*"
+        MinCPUs: 2
+        MaxCPUs: 4
+        PreferPerNamespaceBalloon: true
+"""
+
+
+def test_prefer_per_namespace_balloon(upstream_vms: dict[str, Topology]) -> None:
+    """Upstream n4c16/test05-namespace: each namespace gets its own balloon while CPUs last; a full balloon
+    gets a sibling for the same namespace; then the balanced fill takes over."""
+    p = policy_from_yaml(NAMESPACE, upstream_vms["n4c16"])
+    pod0 = pod(p, "pod0", [0, 0])
+    assert cpus(p, pod0[0]) == cpus(p, pod0[1]) and len(cpus(p, pod0[0])) == 2
+    pod1 = pod(p, "pod1", [0, 0], ns="e2e-a")
+    assert cpus(p, pod1[0]) == cpus(p, pod1[1]) and len(cpus(p, pod1[0])) == 2
+    assert not cpus(p, pod1[0]) & cpus(p, pod0[0])
+    pod2 = pod(p, "pod2", [2000, 2000], qos=guaranteed)
+    assert cpus(p, pod2[0]) == cpus(p, pod2[1]) == cpus(p, pod0[0]) and len(cpus(p, pod2[0])) == 4
+    assert not cpus(p, pod2[0]) & cpus(p, pod1[0])
+    pod3 = pod(p, "pod3", [100, 100], qos=guaranteed)  # nsballoon[0] is full: another one for "default"
+    assert cpus(p, pod3[0]) == cpus(p, pod3[1]) and len(cpus(p, pod3[0])) == 2
+    pod4 = pod(p, "pod4", [2000, 2000], ns="e2e-b", qos=guaranteed)
+    assert cpus(p, pod4[0]) == cpus(p, pod4[1]) and len(cpus(p, pod4[0])) == 4
+    pod5 = pod(p, "pod5", [100, 100], ns="e2e-c", qos=guaranteed)
+    assert cpus(p, pod5[0]) == cpus(p, pod5[1]) and len(cpus(p, pod5[0])) == 2
+    sets = [cpus(p, x[0]) for x in (pod1, pod2, pod3, pod4, pod5)]
+    assert sum(map(len, sets)) == len(set().union(*sets)) == 14
+    pod6 = pod(p, "pod6", [100, 100], ns="e2e-d", qos=guaranteed)  # no CPUs for another balloon
+    assert cpus(p, pod6[0]) == cpus(p, pod6[1]) and p.grants[pod6[0]].pool in {p.grants[x[0]].pool for x in
+                                                                               (pod1, pod2, pod3, pod4, pod5)}
+
+
+DYNAMIC = """\
+policy:
+  Active: balloons
+  ReservedResources:
+    cpu: cpuset:31
+  balloons:
+    AllocatorTopologyBalancing: true
+    BalloonTypes:
+      - Name: dynamic
+        MaxCPUs: 32
+        MaxBalloons: 8
+        PreferNewBalloons: true
+"""
+
+
+def test_topology_balancing_spreads_balloons_one_per_numa_node(upstream_vms: dict[str, Topology]) -> None:
+    """Upstream n4c32/test01-dynamic-baloons (8 NUMA nodes of 4 CPUs): 8 balloons of 3 CPUs land one per
+    NUMA node; inflating one by 2 CPUs crosses into the sibling NUMA node of its die, by 4 into the other
+    die of its package, never the other package."""
+    topo = upstream_vms["n4c32"]
+    p = policy_from_yaml(DYNAMIC, topo)
+    first = [pod(p, f"pod{i}", [3000], balloon="dynamic", qos=guaranteed)[0] for i in range(8)]
+    nodes = [topo.nodes_of(cpus(p, cid)) for cid in first]
+    assert all(len(cpus(p, cid)) == 3 for cid in first)
+    assert all(len(n) == 1 for n in nodes) and len(set().union(*nodes)) == 8
+
+    def spans(cid: str) -> tuple[int, int, int]:
+        cs = cpus(p, cid)
+        return (len(topo.nodes_of(cs)), len({topo.cpus[c].die_key for c in cs}),
+                len({topo.cpus[c].package for c in cs}))
+
+    pod8 = pod(p, "pod8", [2000], balloon="dynamic", qos=guaranteed)
+    assert len(cpus(p, pod8[0])) == 5 and spans(pod8[0]) == (2, 1, 1)
+    p.release(pod8[0])
+    assert [len(cpus(p, cid)) for cid in first] == [3] * 8
+    pod9 = pod(p, "pod9", [4000], balloon="dynamic", qos=guaranteed)
+    assert len(cpus(p, pod9[0])) == 7 and spans(pod9[0]) == (4, 2, 1)
+
+
+ALLOCATOR_OPTS = """\
+policy:
+  Active: balloons
+  ReservedResources:
+    CPU: 1
+  balloons:
+    AllocatorTopologyBalancing: true
+    PreferSpreadOnPhysicalCores: true
+    BalloonTypes:
+      - Name: policydefaults
+        MinCPUs: 2
+        MinBalloons: 2
+      - Name: topo1cores0
+        MinCPUs: 2
+        MinBalloons: 2
+        PreferSpreadOnPhysicalCores: false
+      - Name: topo0cores1
+        AllocatorTopologyBalancing: false
+        PreferSpreadOnPhysicalCores: true
+      - Name: topo0cores0
+        AllocatorTopologyBalancing: false
+        PreferSpreadOnPhysicalCores: false
+      - Name: topo1cores1
+        AllocatorTopologyBalancing: true
+        PreferSpreadOnPhysicalCores: true
+"""
+
+
+def test_allocator_options_per_balloon_type(upstream_vms: dict[str, Topology]) -> None:
+    """Upstream n4c16/test10-allocator-opts: PreferSpreadOnPhysicalCores puts a balloon's CPUs on separate
+    cores; without it a balloon packs both threads of a core; type settings override the policy's."""
+    topo = upstream_vms["n4c16"]
+    p = policy_from_yaml(ALLOCATOR_OPTS, topo)
+    pod0 = pod(p, "pod0", [100], balloon="policydefaults", qos=guaranteed)
+    assert len(cpus(p, pod0[0])) == 2 and len(cores(topo, cpus(p, pod0[0]))) == 2
+    pod1 = pod(p, "pod1", [100], balloon="topo1cores0", qos=guaranteed)
+    assert len(cpus(p, pod1[0])) == 2 and len(cores(topo, cpus(p, pod1[0]))) == 1
+    pod2 = pod(p, "pod2", [1000, 1000], balloon="topo1cores1", qos=guaranteed)
+    assert cpus(p, pod2[0]) == cpus(p, pod2[1]) and len(cpus(p, pod2[0])) == 2
+    assert len(cores(topo, cpus(p, pod2[0]))) == 2
+    pod3 = pod(p, "pod3", [1000, 1000], balloon="topo0cores0", qos=guaranteed)
+    assert cpus(p, pod3[0]) == cpus(p, pod3[1]) and len(cpus(p, pod3[0])) == 2
+    assert len(cores(topo, cpus(p, pod3[0]))) == 1
