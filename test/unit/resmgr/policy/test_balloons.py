@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import random
+from pathlib import Path
+
+import pytest
 from fixtures.seed_configs import SEED_BALLOONS, UPSTREAM_BALLOONS
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
+from unit.resmgr.rm_driver import Driver
 
+from resmgr.config import validate_config_text
+from resmgr.policy.cpu_tree import CpuTree, TreeAllocationError, to_mask, to_set
 from resmgr.topology import Topology, parse_cpuset
 
 
@@ -404,3 +412,155 @@ def test_allocator_options_per_balloon_type(upstream_vms: dict[str, Topology]) -
     pod3 = pod(p, "pod3", [1000, 1000], balloon="topo0cores0", qos=guaranteed)
     assert cpus(p, pod3[0]) == cpus(p, pod3[1]) and len(cpus(p, pod3[0])) == 2
     assert len(cores(topo, cpus(p, pod3[0]))) == 1
+
+
+UPDATE_CONFIGMAP = """\
+policy:
+  Active: balloons
+  AvailableResources:
+    CPU: cpuset:0,4-15
+  ReservedResources:
+    CPU: 1
+  balloons:
+    PinCPU: true
+    PinMemory: true
+    BalloonTypes:
+      - Name: btype0
+        MinCPUs: 2
+        MaxCPUs: 2
+        AllocatorPriority: 0
+        CPUClass: classA
+        PreferNewBalloons: true
+      - Name: btype1
+        Namespaces: [btype1ns0]
+        MinCPUs: 1
+        MaxCPUs: 0
+        AllocatorPriority: 1
+        CPUClass: classB
+        PreferSpreadingPods: true
+      - Name: btype2
+        Namespaces: ["*"]
+        MinCPUs: 4
+        MaxCPUs: 8
+        MinBalloons: 1
+        AllocatorPriority: 2
+        CPUClass: classC
+"""
+
+
+def without_type(text: str, name: str) -> str:
+    start = text.index(f"      - Name: {name}\n")
+    end = text.find("      - Name:", start + 1)
+    return text[:start] + (text[end:] if end >= 0 else "")
+
+
+def test_config_change_assigns_every_container_again(upstream_vms: dict[str, Topology], tmp_path: Path) -> None:
+    """Upstream n4c16/test06-update-configmap: a config that changes the balloons rebuilds them and assigns
+    every container again, so a pod goes back to its annotated balloon type when the type comes back; a
+    change of CPU classes only moves nobody."""
+    d = Driver(upstream_vms["n4c16"], tmp_path, UPDATE_CONFIGMAP)
+    pods = [d.run_pod("pod0", qos="guaranteed", annotations={ANNOTATION: "btype0"}),
+            d.run_pod("pod1", namespace="btype1ns0", qos="guaranteed"),
+            d.run_pod("pod2", namespace="e2e-balloons-test06", qos="guaranteed")]
+    cids = [d.create(pid, f"pod{i}c0", 1000) for i, pid in enumerate(pods)]
+
+    def pools() -> list[str]:
+        return [d.rm.policy.grants[cid].pool for cid in cids]
+
+    def apply(text: str) -> None:
+        d.runtime.apply(d.rm.set_config(validate_config_text(text), source="agent"))
+        assert d.runtime_view() == d.rm.placements()
+
+    assert pools() == ["btype0[0]", "btype1[0]", "btype2[0]"]
+    apply(without_type(without_type(UPDATE_CONFIGMAP, "btype0"), "btype1"))
+    assert pools()[1:] == ["btype2[0]", "btype2[0]"]  # pod0's type is gone (upstream: undefined)
+    apply(without_type(UPDATE_CONFIGMAP, "btype1"))
+    assert pools() == ["btype0[0]", "btype2[0]", "btype2[0]"]
+    placed = d.rm.placements()
+    classes_only = without_type(UPDATE_CONFIGMAP, "btype1").replace("classC", "classB").replace("classA", "classC")
+    apply(classes_only)
+    assert pools() == ["btype0[0]", "btype2[0]", "btype2[0]"] and d.rm.placements() == placed
+
+
+# -- the CPU tree (upstream's cputree.go) -------------------------------------------------------------------------
+def test_tree_grows_from_the_deepest_node_that_fits(upstream_vms: dict[str, Topology]) -> None:
+    """Upstream's TestResizeCpus "first allocations" on 2 packages x 2 dies x 2 NUMA nodes x 2 cores x 2
+    threads: the CPUs offered for n new CPUs are the smallest topology element with n free CPUs."""
+    topo = upstream_vms["n4c32"]
+    tree = CpuTree(topo)
+    sizes = {n: len(tree.grow(frozenset(), topo.online, n)) for n in (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32)}
+    assert sizes == {1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 7: 8, 8: 8, 9: 16, 15: 16, 16: 16, 17: 32, 31: 32, 32: 32}
+    with pytest.raises(TreeAllocationError, match="not enough free CPUs"):
+        tree.grow(frozenset(), topo.online, 33)
+
+
+def test_tree_balancing_spreads_and_packing_packs(upstream_vms: dict[str, Topology]) -> None:
+    """Upstream's "spread allocations": 8 one-CPU sets land on 8 different NUMA nodes; "pack allocations":
+    growing one set CPU by CPU fills a core, then its NUMA node, then its die."""
+    topo = upstream_vms["n4c32"]
+    spread, free, sets = CpuTree(topo, balancing=True), set(topo.online), []
+    for _ in range(8):
+        new = spread.grow(frozenset(), free, 1)
+        free -= new
+        sets.append(new)
+    assert len({topo.node_of(min(s)) for s in sets}) == 8
+    pack, free, mine = CpuTree(topo), set(topo.online), frozenset()
+    spans = []
+    for _ in range(5):
+        new = pack.grow(mine, free, 1)
+        free -= new
+        mine |= new
+        spans.append((len(cores(topo, mine)), len(topo.nodes_of(mine)), len({topo.cpus[c].die_key for c in mine})))
+    assert spans == [(1, 1, 1), (1, 1, 1), (2, 1, 1), (2, 1, 1), (3, 2, 1)]
+
+
+def _reference_choice(tree: CpuTree, current: int, free: int, delta: int) -> int:
+    """Upstream's resizeCpus literally: every tree node with its attributes, filtered and sorted."""
+    nodes = []
+
+    def walk(depth: int, i: int, cur_path: tuple, free_path: tuple) -> None:
+        mask = tree.levels[depth].masks[i]
+        cur, fr = (mask & current).bit_count(), (mask & free).bit_count()
+        if (delta > 0 and fr < delta) or (delta < 0 and cur + delta < 0):
+            return
+        cur_path, free_path = cur_path + (cur,), free_path + (fr,)
+        nodes.append((depth, cur_path, free_path, tree.levels[depth].names[i], mask))
+        if depth + 1 < len(tree.levels):
+            for child in tree.levels[depth].children[i]:
+                walk(depth + 1, child, cur_path, free_path)
+
+    walk(0, 0, (), ())
+
+    def compare(a: tuple, b: tuple) -> int:
+        if a[0] != b[0]:
+            return -1 if a[0] > b[0] else 1
+        for x, y in zip(a[1], b[1], strict=True):
+            if x != y:
+                return (-1 if x > y else 1) if delta > 0 else (-1 if x < y else 1)
+        for x, y in zip(a[2], b[2], strict=True):
+            if x != y:
+                return (-1 if x > y else 1) if delta > 0 and tree.balancing else (-1 if x < y else 1)
+        if a[3] == b[3]:
+            return 0
+        return (-1 if a[3] < b[3] else 1) if delta > 0 else (-1 if a[3] > b[3] else 1)
+
+    best = sorted(nodes, key=functools.cmp_to_key(compare))[0]
+    return best[4] & (free if delta > 0 else current)
+
+
+@pytest.mark.parametrize("balancing", [False, True])
+@pytest.mark.parametrize("spread", [False, True])
+def test_tree_choices_equal_upstreams_sort(upstream_vms: dict[str, Topology], balancing: bool, spread: bool) -> None:
+    """The tree's pruned walk chooses what sorting every node with upstream's comparison chooses."""
+    topo = upstream_vms["n4c32"]
+    tree = CpuTree(topo, balancing=balancing, spread_cores=spread)
+    rng = random.Random(26)
+    for _ in range(300):
+        owner = {cpu: rng.choice(["free", "free", "mine", "other"]) for cpu in topo.online}
+        current = to_mask(c for c, o in owner.items() if o == "mine")
+        free = to_mask(c for c, o in owner.items() if o == "free")
+        delta = rng.choice([1, 1, 2, 3, 4, 5])
+        if free.bit_count() >= delta:
+            assert tree._grow_from(current, free, delta) == _reference_choice(tree, current, free, delta)
+        if current:
+            assert tree.shrink(to_set(current), to_set(free), 1) == to_set(_reference_choice(tree, current, free, -1))
