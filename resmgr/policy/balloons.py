@@ -50,6 +50,7 @@ BALLOON_KEY = "balloon.balloons.cri-resource-manager.intel.com"
 RESERVED = "reserved"
 DEFAULT = "default"
 OPTIONS_KEY = "options"  # export_extra: the balloons options the balloons were built from
+LEFT_ALONE_KEY = "left_alone"  # export_extra: containers no balloon could take (they run unpinned)
 
 
 @dataclass
@@ -60,7 +61,7 @@ class BalloonType:
     min_balloons: int = 0
     max_balloons: int = 0  # 0: unlimited
     namespaces: list[str] = field(default_factory=list)
-    priority: int = 0
+    priority: int = 0  # AllocatorPriority: upstream's CPU allocator prefers CPUs of this priority; not applied here
     prefer_new: bool = False
     prefer_spreading_pods: bool = False
     prefer_per_namespace: bool = False
@@ -141,6 +142,8 @@ class BalloonsPolicy(PooledPolicy):
         self.balloons: dict[str, Balloon] = {}
         self._placement_memo = PlacementMemo(self.topology, self.pin_cpu, self.pin_memory)
         self._free = set(self.available - self.reserved)
+        self._left_alone: set[str] = set()  # containers no balloon could take: no grant, unpinned
+        self._keep_left_alone: set[str] = set()  # restored from the cache: a restore must not place them now
         self._create_min_balloons()
 
     def _create_min_balloons(self) -> None:
@@ -301,12 +304,27 @@ class BalloonsPolicy(PooledPolicy):
         return Grant(pool=balloon.name, kind="balloon", shared_milli=c.request_milli)
 
     def allocate(self, cid: str, container: ContainerInfo) -> None:
+        if cid in self._keep_left_alone:
+            # Left alone before a restart: placing it now (a balloon may have room since) would move it
+            # at the restart; it is placed again only when something is decided about it.
+            self._keep_left_alone.discard(cid)
+            self.containers[cid] = container
+            return
         super().allocate(cid, container)
         grant = self.grants.get(cid)
-        balloon = self.balloons.get(grant.pool) if grant is not None else None
+        if grant is None:
+            self._left_alone.add(cid)
+            return
+        self._left_alone.discard(cid)
+        balloon = self.balloons.get(grant.pool)
         if balloon is not None:
             balloon.add(cid, container.request_milli, container.pod_id, container.namespace)
             self._resize(balloon, self._target_size(balloon))
+
+    def release(self, cid: str) -> None:
+        super().release(cid)
+        self._left_alone.discard(cid)
+        self._keep_left_alone.discard(cid)
 
     def on_release(self, cid: str, grant: Grant) -> None:
         balloon = self.balloons.get(grant.pool)
@@ -322,6 +340,9 @@ class BalloonsPolicy(PooledPolicy):
             self._resize(balloon, self._target_size(balloon))
 
     def on_rename(self, old: str, new: str) -> None:
+        if old in self._left_alone:
+            self._left_alone.discard(old)
+            self._left_alone.add(new)
         for balloon in self.balloons.values():
             if old in balloon.members:
                 balloon.members[new] = balloon.members.pop(old)
@@ -353,9 +374,12 @@ class BalloonsPolicy(PooledPolicy):
         return {RESERVED: self.reserved, **{name: b.cpus for name, b in self.balloons.items()}}
 
     def export_extra(self) -> dict[str, Any]:
-        return {OPTIONS_KEY: self._options_key,
-                "balloons": [{"name": b.name, "type": b.type, "cpus": format_cpuset(b.cpus),
-                              "members": dict(b.members)} for b in self.balloons.values()]}
+        extra: dict[str, Any] = {OPTIONS_KEY: self._options_key,
+                                 "balloons": [{"name": b.name, "type": b.type, "cpus": format_cpuset(b.cpus),
+                                               "members": dict(b.members)} for b in self.balloons.values()]}
+        if self._left_alone:
+            extra[LEFT_ALONE_KEY] = sorted(self._left_alone)
+        return extra
 
     def restore_extra(self, data: dict[str, Any]) -> None:
         cached = data.get(OPTIONS_KEY)
@@ -386,6 +410,9 @@ class BalloonsPolicy(PooledPolicy):
                 raise RestoreError(f"cached grant of {cid} names balloon {g.pool} which does not hold it")
         self.balloons = balloons
         self._free = free
+        left_alone = data.get(LEFT_ALONE_KEY) or []
+        self._left_alone = {cid for cid in left_alone if cid in self.containers and cid not in self.grants}
+        self._keep_left_alone = set(self._left_alone)
         for t in self._types_in_creation_order():  # a cache from before may have fewer than MinBalloons
             while len(self._instances(t.name)) < t.min_balloons and self._new_balloon(t) is not None:
                 pass

@@ -564,3 +564,20 @@ def test_tree_choices_equal_upstreams_sort(upstream_vms: dict[str, Topology], ba
             assert tree._grow_from(current, free, delta) == _reference_choice(tree, current, free, delta)
         if current:
             assert tree.shrink(to_set(current), to_set(free), 1) == to_set(_reference_choice(tree, current, free, -1))
+
+
+def test_a_container_left_alone_stays_so_across_a_restart(upstream_vms: dict[str, Topology], tmp_path: Path) -> None:
+    """A restart restores what was decided: a container no balloon could take stays unpinned even if a balloon
+    has room by then (found by the policy state machine once balloons stopped overcommitting)."""
+    d = Driver(upstream_vms["n4c16"], tmp_path, MAXBALLOONS)
+    annotations = {ANNOTATION: "singleton"}
+    pods = [d.run_pod(f"pod{i}", qos="guaranteed", annotations=annotations) for i in range(3)]
+    first, second, full = (d.create(pid, "c", milli) for pid, milli in zip(pods, (1500, 500, 100), strict=True))
+    assert d.rm.placements()[full] == (None, None) and d.runtime.cpusets[full] == ("", "")
+    d.remove_container(second)
+    placements, state = d.rm.placements(), d.rm.policy.export_state()
+    assert d.restart() == []
+    assert d.rm.placements() == placements and d.rm.policy.export_state() == state
+    d.remove_container(full)
+    d.remove_container(first)
+    assert not d.rm.policy.export_extra().get("left_alone")
