@@ -17,7 +17,7 @@ Sets are int bit masks here: a decision walks only the branches it compares, so 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from resmgr.topology.model import Topology
@@ -133,19 +133,30 @@ class CpuTree:
                 self._node(depth + 1, 1 << t, f"{c_name}t{t}", core)
 
     # -- choosing ------------------------------------------------------------------------------
-    def _pick(self, depth: int, qualifies: Callable[[int, int], bool], current: int, free: int, grow: bool) -> int:
-        """The best qualifying node at ``depth``, compared as upstream's sorters compare (see the module doc)."""
+    def _pick(self, depth: int, ok: list[set[int]] | None, current: int, free: int, grow: bool) -> int:
+        """The best qualifying node at ``depth``, compared as upstream's sorters compare (see the module doc).
+        A node qualifies if it is in ``ok`` at its level; without ``ok`` if it has a free CPU (growing by
+        one) or a CPU of the set (shrinking)."""
         levels = self.levels
+        having = free if grow else current
 
-        def expand(frontier: list[int], lvl: int, of: int, most: bool) -> list[int]:
-            kids = [c for n in frontier for c in levels[lvl - 1].children[n] if qualifies(lvl, c)]
-            masks = levels[lvl].masks
-            return _best(kids, [(masks[c] & of).bit_count() for c in kids], most)
+        def expand(frontier: list[int], lvl: int, of: int, counts_qualify: bool, most: bool) -> list[int]:
+            above, masks = levels[lvl - 1].children, levels[lvl].masks
+            kids = [c for n in frontier for c in above[n]]
+            if ok is not None:
+                kids = [c for c in kids if c in ok[lvl]]
+            elif not counts_qualify:
+                kids = [c for c in kids if masks[c] & having]
+            counts = [(masks[c] & of).bit_count() for c in kids]
+            if ok is None and counts_qualify:  # counting what qualifies: a count of 0 does not qualify
+                kids = [c for c, n in zip(kids, counts, strict=True) if n]
+                counts = [n for n in counts if n]
+            return _best(kids, counts, most)
 
         # 1. The most (growing) or fewest (shrinking) CPUs of the set, level by level from the top.
         frontier, stop = [0], depth
         for lvl in range(1, depth + 1):
-            frontier = expand(frontier, lvl, current, grow)
+            frontier = expand(frontier, lvl, current, not grow, grow)
             if grow and not levels[lvl].masks[frontier[0]] & current:
                 stop = lvl  # nothing of the set below: the rest of step 1 ties everywhere
                 break
@@ -157,39 +168,32 @@ class CpuTree:
             masks = levels[lvl].masks
             frontier = _best(frontier, [(masks[anc[n][lvl]] & free).bit_count() for n in frontier], most_free)
         for lvl in range(stop + 1, depth + 1):
-            frontier = expand(frontier, lvl, free, most_free)
+            frontier = expand(frontier, lvl, free, grow, most_free)
         names = levels[depth].names
         return (min if grow else max)(frontier, key=names.__getitem__)
 
     def _grow_from(self, current: int, free: int, count: int) -> int:
         """Upstream's resizeCpus for a positive delta: the free CPUs of the best node to take ``count`` from."""
         levels = self.levels
-        depth, found = -1, []
         if count == 1:  # the deepest level (threads) qualifies wherever a CPU is free
-            depth = len(levels) - 1 if free & levels[0].masks[0] else -1
+            if not free & levels[0].masks[0]:
+                raise TreeAllocationError("not enough free CPUs: need 1, 0 free")
+            depth = len(levels) - 1
+            return levels[depth].masks[self._pick(depth, None, current, free, True)] & free
+        for depth in range(len(levels) - 1, -1, -1):
+            if self.widest[depth] < count:
+                continue
+            found = {i for i, m in enumerate(levels[depth].masks) if (m & free).bit_count() >= count}
+            if found:
+                break
         else:
-            for lvl in range(len(levels) - 1, -1, -1):
-                if self.widest[lvl] < count:
-                    continue
-                found = [i for i, m in enumerate(levels[lvl].masks) if (m & free).bit_count() >= count]
-                if found:
-                    depth = lvl
-                    break
-        if depth < 0:
             raise TreeAllocationError(f"not enough free CPUs: need {count}, {free.bit_count()} free")
-        if count == 1:
-            def qualifies(lvl: int, i: int) -> bool:
-                return bool(levels[lvl].masks[i] & free)
-        else:
-            ok = [set(found)]
-            for lvl in range(depth, 0, -1):
-                parents = levels[lvl].parents
-                ok.append({parents[i] for i in ok[-1]})
-            ok.reverse()  # ok[l]: nodes at level l with a qualifying node below (or being one)
-
-            def qualifies(lvl: int, i: int) -> bool:
-                return i in ok[lvl]
-        return levels[depth].masks[self._pick(depth, qualifies, current, free, True)] & free
+        ok = [found]
+        for lvl in range(depth, 0, -1):
+            parents = levels[lvl].parents
+            ok.append({parents[i] for i in ok[-1]})
+        ok.reverse()  # ok[l]: nodes at level l with a qualifying node below (or being one)
+        return levels[depth].masks[self._pick(depth, ok, current, free, True)] & free
 
     def grow(self, current: Iterable[int], free: Iterable[int], count: int) -> frozenset[int]:
         """Free CPUs to take ``count`` CPUs from (at least ``count``; the CPU allocator picks among them)."""
@@ -216,12 +220,8 @@ class CpuTree:
         levels = self.levels
         deepest = len(levels) - 1
         removed = 0
-
-        def qualifies(lvl: int, i: int) -> bool:
-            return bool(levels[lvl].masks[i] & cur)
-
         for _ in range(count):
-            one = levels[deepest].masks[self._pick(deepest, qualifies, cur, fr, False)]
+            one = levels[deepest].masks[self._pick(deepest, None, cur, fr, False)]
             removed |= one
             cur &= ~one
             fr |= one
