@@ -112,11 +112,19 @@ class Balloon:
                 del counter[key]
 
 
+# Defaults of the section's options: written out or left out, the balloons are the same.
+SECTION_DEFAULTS: dict[str, Any] = {"PinCPU": True, "PinMemory": True, "ReservedPoolNamespaces": ["kube-system"],
+                                    "AllocatorTopologyBalancing": False, "PreferSpreadOnPhysicalCores": False}
+TYPE_INHERITED = ("AllocatorTopologyBalancing", "PreferSpreadOnPhysicalCores")  # unset: the section's value
+
+
 def options_key(section: dict[str, Any]) -> str:
-    """What decides the balloons and who is in them: the section without CPU class names (upstream's
-    changesBalloons). Equal keys: a config change keeps the balloons; different: everyone is assigned again."""
-    kept = {k: v for k, v in section.items() if k != "IdleCPUClass"}
-    kept["BalloonTypes"] = [{k: v for k, v in bt.items() if k != "CPUClass"} for bt in section.get("BalloonTypes", [])]
+    """What decides the balloons and who is in them: the section without CPU class names and defaults
+    (upstream's changesBalloons). Equal keys: a config change keeps the balloons; different: every container
+    is assigned again."""
+    kept = {k: v for k, v in section.items() if k != "IdleCPUClass" and SECTION_DEFAULTS.get(k, ...) != v}
+    kept["BalloonTypes"] = [{k: v for k, v in bt.items() if k != "CPUClass" and (v or k in TYPE_INHERITED)}
+                            for bt in section.get("BalloonTypes", [])]
     return json.dumps(kept, sort_keys=True, default=str)
 
 

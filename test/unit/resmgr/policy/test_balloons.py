@@ -12,6 +12,7 @@ from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_y
 from unit.resmgr.rm_driver import Driver
 
 from resmgr.config import validate_config_text
+from resmgr.policy.balloons import options_key
 from resmgr.policy.cpu_tree import CpuTree, TreeAllocationError, to_mask, to_set
 from resmgr.topology import Topology, parse_cpuset
 
@@ -581,3 +582,28 @@ def test_a_container_left_alone_stays_so_across_a_restart(upstream_vms: dict[str
     d.remove_container(full)
     d.remove_container(first)
     assert not d.rm.policy.export_extra().get("left_alone")
+
+
+@pytest.mark.parametrize(("a", "b", "changes"), [
+    ({"ReservedPoolNamespaces": ["ns0"]}, {"ReservedPoolNamespaces": []}, True),
+    ({"ReservedPoolNamespaces": ["ns0"]}, {"ReservedPoolNamespaces": ["ns1"]}, True),
+    ({"IdleCPUClass": "icc0"}, {"IdleCPUClass": "icc1"}, False),
+    ({"BalloonTypes": [{"Name": "a", "CPUClass": "x"}]}, {"BalloonTypes": [{"Name": "a", "CPUClass": "y"}]}, False),
+    ({"BalloonTypes": [{"Name": "a"}]}, {"BalloonTypes": [{"Name": "a"}, {"Name": "b"}]}, True),
+    ({"BalloonTypes": [{"Name": "a", "MinCPUs": 1}]}, {"BalloonTypes": [{"Name": "a", "MinCPUs": 2}]}, True),
+    ({"AllocatorTopologyBalancing": False}, {"AllocatorTopologyBalancing": True}, True),
+])
+def test_what_changes_the_balloons(a: dict, b: dict, changes: bool) -> None:
+    """Upstream's TestChangesBalloons: only CPU class names may change without assigning containers again."""
+    assert (options_key(a) != options_key(b)) is changes
+
+
+def test_options_written_out_as_their_defaults_change_nothing() -> None:
+    assert options_key({}) == options_key({"PinCPU": True, "AllocatorTopologyBalancing": False,
+                                           "ReservedPoolNamespaces": ["kube-system"], "BalloonTypes": []})
+    assert options_key({"BalloonTypes": [{"Name": "a"}]}) == options_key(
+        {"BalloonTypes": [{"Name": "a", "MinCPUs": 0, "PreferNewBalloons": False, "Namespaces": []}]})
+    assert options_key({}) != options_key({"PinCPU": False})
+    # a type's allocator options left out take the policy's; written out they do not
+    assert options_key({"BalloonTypes": [{"Name": "a"}]}) != options_key(
+        {"BalloonTypes": [{"Name": "a", "AllocatorTopologyBalancing": False}]})
