@@ -11,8 +11,8 @@ index (first threads of its cores, second threads, ...), so a set grows onto sep
 first, and one CPU at a time.
 
 Node names are upstream's (``p0d0n0cpu4t12``) because ties end on a string comparison of names.
-Sets are int bit masks here: a decision walks only the branches it compares, so growing a balloon on a
-256-CPU node costs tens of microseconds.
+Sets are int bit masks here and a decision walks only the branches it compares: on a 256-CPU node one
+growing or shrinking step costs about 0.05-0.15 ms.
 """
 
 from __future__ import annotations
