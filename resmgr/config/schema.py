@@ -385,7 +385,6 @@ class AllocatorPriority(Spec):
 
 # Why fields are ignored, one wording per reason (the compatibility table groups by it).
 NO_CPU_CLASSES = "CPU classes (frequency/uncore control) are not implemented"
-NO_TOPOLOGY_BALANCING = "the CPU allocator packs; topology balancing/spreading options are not implemented"
 NO_POLICY = "this policy is not implemented by this cri-resmgr"
 NO_STATIC_RDT = "the static policy's own RDT switch is not applied; RDT classes come from the rdt controller"
 NO_PAGE_MIGRATION = "page migration (memory tier demotion) is not implemented"
@@ -430,11 +429,11 @@ BALLOON_TYPE = Struct({
     "PreferNewBalloons": Bool(),
     # upstream's json name is CpuClass; matching is case-insensitive
     "CPUClass": Str(),
-    "PreferPerNamespaceBalloon": Ignored(Bool(), NOT_APPLIED),
+    "PreferPerNamespaceBalloon": Bool(),
     "ShareIdleCPUsInSame": Ignored(Str(choices=("", "system", "package", "die", "numa", "core", "thread")),
                                    NOT_APPLIED),
-    "PreferSpreadOnPhysicalCores": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
-    "AllocatorTopologyBalancing": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
+    "PreferSpreadOnPhysicalCores": Bool(),
+    "AllocatorTopologyBalancing": Bool(),
 }, required=("Name",), validators=(_balloon_type_checks,))
 
 
@@ -456,8 +455,8 @@ BALLOONS = Struct({
     "ReservedPoolNamespaces": StrList(item_check=_check_glob),
     "BalloonTypes": ListOf(BALLOON_TYPE),
     "IdleCPUClass": Str(),
-    "AllocatorTopologyBalancing": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
-    "PreferSpreadOnPhysicalCores": Ignored(Bool(), NO_TOPOLOGY_BALANCING),
+    "AllocatorTopologyBalancing": Bool(),
+    "PreferSpreadOnPhysicalCores": Bool(),
 }, validators=(_unique_names("BalloonTypes", "balloon type"),))
 
 TOPOLOGY_AWARE = Struct({

@@ -38,8 +38,10 @@ def test_live_switch_moves_running_containers_and_back(containerd, inproc_relay,
     relay = inproc_relay(rm)
     applier = ResourceManagerApplier(rm, relay.interceptor.apply_updates)
     ep = relay.endpoint
-    # A kube-system pod: topology-aware runs it on the reserved CPU, balloons in its balloon.
-    pod_cfg = write_json(tmp_path / "ks-pod.json", make_pod_config("ks", namespace="kube-system"))
+    # A kube-system pod annotated for the balloon "all": topology-aware runs it on the reserved CPU, balloons in
+    # that balloon (without the annotation balloons keeps kube-system on the reserved CPUs too, as upstream).
+    pod_cfg = write_json(tmp_path / "ks-pod.json", make_pod_config(
+        "ks", namespace="kube-system", annotations={"balloon.balloons.cri-resource-manager.intel.com": "all"}))
     pod_id = containerd.crictl("runp", pod_cfg, endpoint=ep).stdout.strip()
     ctr_cfg = write_json(tmp_path / "ks-ctr.json", make_container_config("ks"))
     ks = containerd.crictl("create", pod_id, ctr_cfg, pod_cfg, endpoint=ep).stdout.strip()

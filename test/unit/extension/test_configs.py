@@ -92,7 +92,8 @@ def test_upstream_fields_and_flags_are_accepted_and_noted():
     split = validate_and_split({
         "EXTRA_OPTIONS": 'EXTRA_OPTIONS="--metrics-interval=10s"',
         "default": "policy:\n  Active: memtier\ndump:\n  Debug: true\n",
-        "fallback": "policy:\n  Active: balloons\n  balloons:\n    PreferSpreadOnPhysicalCores: true\n",
+        "fallback": "policy:\n  Active: balloons\n  balloons:\n    BalloonTypes:\n      - Name: a\n"
+                    "        ShareIdleCPUsInSame: numa\n",
     }, origins={"EXTRA_OPTIONS": "providerConfig.configs", "default": "providerConfig.configs",
                 "fallback": "configmap garden/x"})
     assert split.dynamic["default"] == {"policy": "Active: memtier\n", "dump": "Debug: true\n"}  # as written
@@ -102,7 +103,7 @@ def test_upstream_fields_and_flags_are_accepted_and_noted():
         "providerConfig.configs.default: accepted, not implemented by this cri-resmgr, ignored: "
         "dump.Debug",
         "configmap garden/x.fallback: accepted, not implemented by this cri-resmgr, ignored: "
-        "policy.balloons.PreferSpreadOnPhysicalCores",
+        "policy.balloons.BalloonTypes[0].ShareIdleCPUsInSame",
     ]
 
 

@@ -228,15 +228,16 @@ def test_unknown_health_query(env):
 
 
 def test_ignored_fields_are_information_and_the_config_is_pushed(env):
-    env.set_cm(DEFAULT, "1", policy="Active: topology-aware\nballoons:\n  PreferSpreadOnPhysicalCores: true\n",
+    env.set_cm(DEFAULT, "1", policy="Active: topology-aware\nballoons:\n  BalloonTypes:\n    - Name: a\n"
+                                    "      ShareIdleCPUsInSame: numa\n",
                dump="Debug: true\n")
     env.pusher.reconcile()
     assert env.pusher.pushes == 1 and env.reporter.configs == [(DEFAULT, "")]
     info, applied = env.reporter.infos[-1]
     assert applied and info == ("accepted, not implemented by this cri-resmgr, ignored: "
-                                "dump.Debug, policy.balloons.PreferSpreadOnPhysicalCores")
+                                "dump.Debug, policy.balloons.BalloonTypes[0].ShareIdleCPUsInSame")
     assert env.pusher.health("config-status") == ""
-    assert "PreferSpreadOnPhysicalCores" not in env.applier.applied[-1][0]["policy"]["balloons"]
+    assert env.applier.applied[-1][0]["policy"]["balloons"]["BalloonTypes"] == [{"Name": "a"}]
 
 
 def test_unknown_fields_are_a_warning_and_the_config_is_pushed_without_them(env, caplog):

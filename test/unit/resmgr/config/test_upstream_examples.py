@@ -48,8 +48,7 @@ def test_configmap_examples_are_accepted(path: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "active", "ignored"), [
-    ("balloons-policy.cfg", "balloons", ["policy.balloons.BalloonTypes[0].PreferPerNamespaceBalloon",
-                                         "instrumentation.PrometheusExport"]),
+    ("balloons-policy.cfg", "balloons", ["instrumentation.PrometheusExport"]),
     ("balloons-md-0.cfg", "balloons", []),
     ("podpools-policy.cfg", "podpools", []),
     ("dynamic-pools-md-0.cfg", "dynamic-pools", []),
@@ -89,19 +88,18 @@ def test_upstreams_balloons_example_with_its_typo_loads_with_one_warning() -> No
     ("dump: {Debug: true}\n", ["dump.Debug"]),
     ("instrumentation:\n  Sampling: 0.1\n", ["instrumentation.Sampling"]),
     ("instrumentation:\n  Sampling: production\n", ["instrumentation.Sampling"]),
-    ("policy:\n  Active: balloons\n  balloons:\n    PreferSpreadOnPhysicalCores: true\n",
-     ["policy.balloons.PreferSpreadOnPhysicalCores"]),
+    # implemented since issue 26: accepted and applied
+    ("policy:\n  Active: balloons\n  balloons:\n    PreferSpreadOnPhysicalCores: true\n", []),
     ("policy:\n  Active: balloons\n  balloons:\n    BalloonTypes:\n      - Name: a\n"
-     "        AllocatorTopologyBalancing: true\n        PreferSpreadOnPhysicalCores: false\n",
-     ["policy.balloons.BalloonTypes[0].AllocatorTopologyBalancing",
-      "policy.balloons.BalloonTypes[0].PreferSpreadOnPhysicalCores"]),
+     "        AllocatorTopologyBalancing: true\n        PreferSpreadOnPhysicalCores: false\n", []),
 ])
 def test_issue_examples_are_accepted(text: str, ignored: list[str]) -> None:
     checked = check_config_text(text)
     config, found = checked.config, checked.ignored
     assert found == ignored and checked.unknown == []
     assert "Debug" not in (config.get("dump") or {}) and "Sampling" not in (config.get("instrumentation") or {})
-    assert ignored_summary(found) == "accepted, not implemented by this cri-resmgr, ignored: " + ", ".join(ignored)
+    assert ignored_summary(found) == ("accepted, not implemented by this cri-resmgr, ignored: " + ", ".join(ignored)
+                                      if ignored else "")
 
 
 def test_memtier_runs_as_topology_aware_with_its_own_options() -> None:
