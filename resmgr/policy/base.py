@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Protocol
 from resmgr.config import ConfigError, parse_cpu_constraint
 from resmgr.manager.resources import KUBE_SYSTEM, ContainerInfo
 from resmgr.policy.cpu_allocator import take_cpus
+from resmgr.topology.cgroup_cpuset import CgroupCpusetError, read_cgroup_cpuset
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
 from resmgr.topology.model import Topology
 
@@ -43,13 +44,10 @@ def _constraint_cpus(value: str, field: str, topology: Topology, sysfs_root: Pat
     except ValueError as exc:  # pragma: no cover - the schema already checked it
         raise ConfigError(field, str(exc)) from None
     if c.kind == "cgroup":
-        path = Path(c.cgroup or "")
-        if not path.name == "cpuset.cpus":
-            path = path / "cpuset.cpus"
         try:
-            c = type(c)("cpuset", cpus=parse_cpuset(path.read_text()))
-        except (OSError, CpusetError) as exc:
-            raise ConfigError(field, f"cannot read cpuset of cgroup {path}: {exc}") from None
+            c = type(c)("cpuset", cpus=read_cgroup_cpuset(c.cgroup or "", sysfs_root))
+        except CgroupCpusetError as exc:
+            raise ConfigError(field, str(exc)) from None
     return c
 
 
