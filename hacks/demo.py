@@ -9,9 +9,10 @@ every component but gardenlet is the real one (see hacks/landscape.py and the RE
      the extension renders the ManagedResource, gardener-resource-manager applies it to the shoot;
   2. the installer and agent DaemonSets roll out through kubelet;
   3. each installer pod repoints its node's real kubelet at the relay;
-  4. a Guaranteed pod created through the shoot API runs pinned (cpuset read from the host cgroup);
-  5. a changed `default` config (the shoot's providerConfig) changes the policy's behaviour: a new
-     Guaranteed pod is no longer pinned (PinCPU: false);
+  4. a Guaranteed pod created through the shoot API gets a CPU of its own (the static policy): its
+     cpuset.cpus, read from the host cgroup, shares no CPU with any other container on the node;
+  5. a changed `default` config (the shoot's providerConfig) switches the node's policy live, to
+     topology-aware with PinCPU: false: a new Guaranteed pod is no longer pinned;
   6. disable: the gardenlet stand-in deletes the Extension;
   7. the uninstall roll runs;
   8. every node's files are back byte for byte, kubelet is back on containerd, and the workload
@@ -42,12 +43,17 @@ from fixtures.landscape.workloads import (  # noqa: E402
     burstable_pod,
     container_cpuset,
     daemonset_rolled_out,
+    exclusive_cpus,
     guaranteed_pod,
     wait_pod_running,
 )
 from fixtures.tools import SETUP_HINT, find_tools  # noqa: E402
 
-DEFAULT_CONFIG = (REPO / "examples/configs/default-topology-aware.yaml").read_text()
+# Step 4's config: static, under which a 2-CPU node can give one container a CPU of its own (see the file).
+DEFAULT_CONFIG = (REPO / "examples/configs/default-static.yaml").read_text()
+# Step 5's: topology-aware without pinning, pushed as the shoot's changed `default` config.
+UNPINNED_CONFIG = (REPO / "examples/configs/default-topology-aware.yaml").read_text().replace(
+    "PinCPU: true", "PinCPU: false")
 # The landscape's nodes share one network namespace: one metrics port cannot serve them all.
 EXTRA_OPTIONS = "--metrics-address=off"
 
@@ -138,12 +144,16 @@ class Demo:
         self.all_cpus = node.node.run(["cat", f"/sys/fs/cgroup/cpuset{node.cgroup_root}/cpuset.cpus"]).stdout.strip()
         if not told or told != cpus or cpus == self.all_cpus:
             raise RuntimeError(f"not pinned: relay set {told!r}, cgroup has {cpus!r}, node has {self.all_cpus!r}")
-        return f"pod demo-pinned on {node.name}: host cgroup cpuset.cpus={cpus} (node has {self.all_cpus})"
+        # Exclusive: no other running container on the node (system pods, the agent, ...) has any of its CPUs.
+        cpus, others = exclusive_cpus(node, pod)
+        return (f"static policy: pod demo-pinned on {node.name} has an exclusive CPU: host cgroup cpuset.cpus={cpus} "
+                f"(node has {self.all_cpus}; the {len(others)} other containers there: "
+                f"{','.join(sorted(set(others.values())))})")
 
     def config_change(self) -> str:
         node = self.nodes[0]
         before = self.land.shoot.get_json("node", node.name)["metadata"]["annotations"].get(shoot_ops.CONFIG_SOURCE)
-        self.gardenlet.reconcile(provider_config(DEFAULT_CONFIG.replace("PinCPU: true", "PinCPU: false")))
+        self.gardenlet.reconcile(provider_config(UNPINNED_CONFIG))
         self.gardenlet.wait_ready(300)
 
         def pushed() -> tuple[bool, str]:
@@ -158,7 +168,8 @@ class Demo:
         told, cpus = container_cpuset(node, pod)
         if cpus != self.all_cpus:
             raise RuntimeError(f"PinCPU: false, yet the new pod's cgroup has {cpus!r} (relay set {told!r})")
-        return f"PinCPU: false reached {node.name}; new Guaranteed pod cpuset.cpus={cpus} (not pinned)"
+        return (f"topology-aware with PinCPU: false reached {node.name} (policy switched live); new Guaranteed pod "
+                f"cpuset.cpus={cpus} (not pinned)")
 
     def disable(self) -> str:
         self.t_disable = time.monotonic()
@@ -192,8 +203,8 @@ class Demo:
                 self.step("1. enable (gardenlet stand-in: Cluster + Extension)", self.enable)
                 self.step("2. DaemonSets roll out through kubelet", self.rollout)
                 self.step("3. installer pods repoint each node's kubelet", self.repointed)
-                self.step("4. Guaranteed pod pinned (host cgroup)", self.pinned)
-                self.step("5. changed default config changes the policy", self.config_change)
+                self.step("4. Guaranteed pod on an exclusive CPU (host cgroups)", self.pinned)
+                self.step("5. changed default config switches the policy", self.config_change)
                 self.step("6+7. disable: uninstall roll", self.disable)
                 self.step("8. nodes restored, workloads Running", self.restored)
             ok = True
