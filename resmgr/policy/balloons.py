@@ -42,7 +42,7 @@ from resmgr.policy.base import (
     namespace_matches,
     resolve_cpu_resources,
 )
-from resmgr.policy.cpu_allocator import take_cpus
+from resmgr.policy.cpu_allocator import Prefer, take_cpus
 from resmgr.policy.cpu_tree import CpuTree
 from resmgr.topology.cpuset import format_cpuset, parse_cpuset
 
@@ -61,7 +61,7 @@ class BalloonType:
     min_balloons: int = 0
     max_balloons: int = 0  # 0: unlimited
     namespaces: list[str] = field(default_factory=list)
-    priority: int = 0  # AllocatorPriority: upstream's CPU allocator prefers CPUs of this priority; not applied here
+    priority: int = 0  # AllocatorPriority (0 high .. 3 none): the CPU allocator prefers CPUs of this priority
     prefer_new: bool = False
     prefer_spreading_pods: bool = False
     prefer_per_namespace: bool = False
@@ -217,7 +217,8 @@ class BalloonsPolicy(PooledPolicy):
             if not grow:
                 return
             candidates = tree.grow(balloon.cpus, self._free, grow)
-            cpus = candidates if len(candidates) == grow else take_cpus(self.topology, candidates, grow)
+            cpus = candidates if len(candidates) == grow else take_cpus(
+                self.topology, candidates, grow, prefer=Prefer(self.types[balloon.type].priority))
             self._free -= cpus
             balloon.cpus = balloon.cpus | cpus
         elif size < current:

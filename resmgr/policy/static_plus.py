@@ -25,7 +25,7 @@ from typing import Any
 from resmgr.config import ConfigError, parse_cpu_constraint
 from resmgr.manager.resources import ContainerInfo, preference_flag
 from resmgr.policy.base import Grant, Placement, RestoreError, is_reserved_namespace, log, resolve_cpu_resources
-from resmgr.policy.cpu_allocator import AllocationError, take_cpus
+from resmgr.policy.cpu_allocator import AllocationError, Prefer, take_cpus
 from resmgr.policy.static import SHARED, StaticPolicy
 from resmgr.topology.cpuset import format_cpuset
 
@@ -111,11 +111,11 @@ class StaticPlusPolicy(StaticPolicy):
     def _take_exclusive(self, container: ContainerInfo, full: int, part: int) -> Grant | None:
         free_isolated = self.isolated_cpus - self._isolated_taken
         if len(free_isolated) >= full and preference_flag(container, PREFER_ISOLATED_KEY) is not False:
-            cpus = take_cpus(self.topology, free_isolated, full)
+            cpus = take_cpus(self.topology, free_isolated, full, prefer=Prefer.HIGH)  # as static, upstream
             self._isolated_taken |= cpus
             return Grant(pool=ISOLATED, kind="isolated", exclusive=cpus, shared_milli=part)
         if len(self._shared) >= full:
-            cpus = take_cpus(self.topology, self._shared, full)
+            cpus = take_cpus(self.topology, self._shared, full, prefer=Prefer.HIGH)
             self._exclusive |= cpus
             self._update_shared()
             return Grant(pool=EXCLUSIVE, kind="exclusive", exclusive=cpus, shared_milli=part)

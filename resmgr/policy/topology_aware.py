@@ -36,7 +36,7 @@ from resmgr.policy.base import (
     log,
     resolve_cpu_resources,
 )
-from resmgr.policy.cpu_allocator import AllocationError, take_cpus
+from resmgr.policy.cpu_allocator import AllocationError, Prefer, take_cpus
 from resmgr.policy.memory_tiers import DEFAULT, MemoryType, PoolMemory, memory_request
 from resmgr.policy.topology_hints import container_hints, pool_hint_scores
 from resmgr.policy.topology_memory import MemoryAccounting, memory_amount
@@ -234,13 +234,14 @@ class TopologyAwarePolicy(Policy):
         if full:
             free_iso = self._free_isolated(pool)
             if isolate and len(free_iso) >= full and self._free_shared(pool) >= frac:
-                cpus = take_cpus(self.topology, free_iso, full)
+                # Exclusive picks prefer high-priority CPUs, as upstream's resources.go takeCPUs.
+                cpus = take_cpus(self.topology, free_iso, full, prefer=Prefer.HIGH)
                 return Grant(pool=pool.name, kind="isolated", exclusive=cpus, shared_milli=frac)
             sharable = self._shared[pool.name]
             if len(sharable) < full:
                 return None
             try:
-                cpus = take_cpus(self.topology, sharable, full)
+                cpus = take_cpus(self.topology, sharable, full, prefer=Prefer.HIGH)
             except AllocationError:
                 return None
             if not self._exclusive_fits(pool, cpus, frac):

@@ -412,3 +412,15 @@ def test_memory_pressure_keeps_the_runtime_in_sync(upstream_topologies: dict[str
         if step % 20 == 19:
             assert d.restart() == []
     assert widened  # the sequence did move memory up
+
+
+def test_exclusive_cpus_prefer_high_priority_ones() -> None:
+    """Exclusive CPUs are taken preferring high-priority CPUs (upstream resources.go: takeCPUs with the
+    request's priority, high for exclusive grants); the reserved CPU is taken at normal priority."""
+    from resmgr.topology.model import PRIORITY_HIGH, PRIORITY_NORMAL, CpuInfo
+    topology = Topology(cpus={i: CpuInfo(id=i, package=0, die=0, core=i, node=0) for i in range(4)},
+                        node_memory={0: 8 << 30})
+    topology.priority = {c: PRIORITY_HIGH if c >= 2 else PRIORITY_NORMAL for c in range(4)}
+    p = policy_from_yaml("policy:\n  Active: topology-aware\n  ReservedResources:\n    CPU: 750m\n", topology)
+    grant = p.decide(guaranteed("g", 1000))
+    assert grant.kind == "exclusive" and grant.exclusive <= {2, 3}, grant
