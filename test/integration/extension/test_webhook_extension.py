@@ -69,6 +69,8 @@ def test_rendered_webhook_is_wired_and_accepted(tools, seed_api):
     [port] = service["spec"]["ports"]
     assert port["port"] == ref["port"]
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    # kube-apiserver (in the seed, through the VPN) may reach the pods past gardenlet's shoot NetworkPolicies.
+    assert pod["metadata"]["labels"]["networking.gardener.cloud/from-seed"] == "allowed"
     [cport] = [p for p in container["ports"] if p["name"] == port["targetPort"]]
     assert f"--port={cport['containerPort']}" in container["command"]
     assert container["command"][0] == "cri-resmgr-webhook" and container["image"] == "reg/agent:v1"
