@@ -14,7 +14,7 @@ from extension.provider_config import check_worker_pools, parse_provider_config
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # Which config key each example file is meant for.
 CONFIG_KEYS = {"fallback.yaml": "fallback", "default-topology-aware.yaml": "default", "balloons.yaml": "default",
-               "node.worker-1.yaml": "node.worker-1", "group.db.yaml": "group.db"}
+               "default-static.yaml": "default", "node.worker-1.yaml": "node.worker-1", "group.db.yaml": "group.db"}
 
 
 @pytest.mark.parametrize("filename", sorted(CONFIG_KEYS))
