@@ -74,17 +74,21 @@ def critest_runtime(tools: Tools, tar: Path, workdir: Path) -> Iterator[Containe
         netns.delete()
 
 
-def critest_side(tools: Tools, tar: Path, workdir: Path, name: str) -> dict[str, str]:
-    """critest against its own containerd, directly (``name`` "direct") or through the relay with the
-    transport ``name``."""
-    with critest_runtime(tools, tar, workdir / f"{name}-runtime") as ctrd:
-        if name == "direct":
-            return run_critest(tools.critest, ctrd.endpoint, workdir, name)
-        relay = RelayProcess(workdir / name, ctrd.socket, args=["--transport", name]).start()
+def critest_side(tools: Tools, tar: Path, workdir: Path, name: str, runs: int = 1,
+                 focus: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """critest ``runs`` times against a containerd of its own, directly (``name`` "direct") or through the
+    relay with the transport ``name``; all specs, or only ``focus``. One result (spec -> state) per run."""
+    tag = "-rerun" if focus else ""
+    with critest_runtime(tools, tar, workdir / f"{name}{tag}-runtime") as ctrd:
+        relay = None if name == "direct" else RelayProcess(workdir / f"{name}{tag}", ctrd.socket,
+                                                           args=["--transport", name]).start()
+        endpoint = ctrd.endpoint if relay is None else relay.endpoint
         try:
-            return run_critest(tools.critest, relay.endpoint, workdir, name)
+            return [run_critest(tools.critest, endpoint, workdir, f"{name}{tag}{i or ''}", focus)
+                    for i in range(runs)]
         finally:
-            relay.stop()
+            if relay is not None:
+                relay.stop()
 
 
 # Specs whose result is not a function of the runtime and the transport: containerd decides them by a race
@@ -105,17 +109,18 @@ NOT_COMPARED = (
 )
 
 
-def skip_regex(specs: tuple[str, ...]) -> str:
-    """One ginkgo --skip pattern (a regular expression over the spec's full text) for ``specs``; ginkgo
-    matches the hierarchy joined by spaces, so our " / " separators become spaces."""
+def spec_regex(specs: tuple[str, ...]) -> str:
+    """One ginkgo --skip or --focus pattern (a regular expression over the spec's full text) for ``specs``;
+    ginkgo matches the hierarchy joined by spaces, so our " / " separators become spaces."""
     return "|".join(re.escape(spec.replace(" / ", " ")) for spec in specs)
 
 
-def run_critest(critest: str, endpoint: str, workdir: Path, name: str) -> dict[str, str]:
+def run_critest(critest: str, endpoint: str, workdir: Path, name: str, focus: tuple[str, ...] = ()) -> dict[str, str]:
     report = workdir / f"{name}.json"
     r = subprocess.run([critest, "--runtime-endpoint", endpoint, "--image-endpoint", endpoint,
                         f"--ginkgo.json-report={report}", "--ginkgo.no-color",
-                        f"--ginkgo.skip={skip_regex(NOT_COMPARED)}"],
+                        f"--ginkgo.skip={spec_regex(NOT_COMPARED)}",
+                        *([f"--ginkgo.focus={spec_regex(focus)}"] if focus else [])],
                        capture_output=True, text=True, timeout=1200, cwd=workdir)
     (workdir / f"{name}.out").write_text(r.stdout + r.stderr)
     assert report.exists(), f"critest via {name} wrote no report:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
@@ -147,6 +152,56 @@ def failed_on_pull(workdir: Path, name: str) -> list[str]:
     return out
 
 
+# A spec whose result differs between the sides is run again alone, this many times on each side (each side
+# against a fresh containerd), and the difference counts only if every rerun ends as that side's first run did.
+# A relay defect that decides a spec does so on every run; a race inside containerd does not repeat on
+# command. The one seen so far: "HostNetwork is false" failed once through splice (CI, commit 0e28f67,
+# 2026-11-26) in its AfterEach, where StopPodSandbox got "failed to kill container ...: ttrpc: closed" from
+# containerd 1.6 for a container that had exited 37 ms earlier: the kill raced the shim's handling of the exit.
+# What this rule cannot see is a relay defect that itself strikes only sometimes; the relay's own concurrency
+# and bad-input tests cover those (test_relay_concurrency.py, test_relay_bad_input.py, test_relay_fd_exhaustion.py).
+RERUNS = 5
+
+
+def differing(direct: dict[str, str], relayed: dict[str, str]) -> list[str]:
+    return sorted(k for k in direct.keys() | relayed.keys() if direct.get(k) != relayed.get(k))
+
+
+def lasting_differences(direct: list[dict[str, str]], relayed: list[dict[str, str]]) -> dict[str, tuple]:
+    """The specs whose results differ between the sides' first runs (``direct[0]``, ``relayed[0]``) and whose
+    every rerun (the rest of each list) ends as that side's first run did: spec -> (direct, relayed)."""
+    out = {}
+    for spec in differing(direct[0], relayed[0]):
+        if all(run.get(spec) == direct[0].get(spec) for run in direct[1:]) and \
+                all(run.get(spec) == relayed[0].get(spec) for run in relayed[1:]):
+            out[spec] = (direct[0].get(spec), relayed[0].get(spec))
+    return out
+
+
+def test_lasting_differences_are_the_ones_every_rerun_repeats():
+    first_direct, first_relayed = {"a": "passed", "b": "passed", "c": "passed"}, \
+        {"a": "failed", "b": "failed", "c": "passed"}
+    reruns_direct = [{"a": "passed", "b": "passed"}] * 2
+    reruns_relayed = [{"a": "failed", "b": "passed"}, {"a": "failed", "b": "failed"}]
+    assert lasting_differences([first_direct, *reruns_direct], [first_relayed, *reruns_relayed]) == \
+        {"a": ("passed", "failed")}  # b passed once when rerun: a race, not the relay
+    # A spec the direct side fails on a rerun is the runtime's race, even if the relayed side always fails it.
+    assert lasting_differences([first_direct, {"a": "failed"}], [first_relayed, {"a": "failed"}]) == {}
+    # A spec missing on one side stays missing when rerun: a lasting difference.
+    assert lasting_differences([{"x": "passed"}, {"x": "passed"}], [{}, {}]) == {"x": ("passed", None)}
+
+
+def failure_messages(workdir: Path, name: str, specs: list[str]) -> dict[str, str]:
+    """critest's own failure message for each of ``specs`` that failed in its run ``name``."""
+    out = {}
+    for suite in json.loads((workdir / f"{name}.json").read_text()):
+        for spec in suite.get("SpecReports") or []:
+            key = " / ".join([*(spec.get("ContainerHierarchyTexts") or []), spec.get("LeafNodeText", "")])
+            if key in specs and spec.get("State") == "failed":
+                out[key] = ((spec.get("Failure") or {}).get("Message") or "")[:400]
+    return out
+
+
 def test_critest_parity(tools):
     """Both transports (splice, the default, and grpc) must match critest run directly. The three runs
     go at once, each against a runtime of its own (critest's wall time is mostly waiting)."""
@@ -156,7 +211,7 @@ def test_critest_parity(tools):
     with ThreadPoolExecutor(len(sides)) as pool:
         futures = {name: pool.submit(critest_side, tools, tar, workdir, name) for name in sides}
         results = {name: f.result() for name, f in futures.items()}
-    direct = results["direct"]
+    direct = results["direct"][0]
     assert direct, "critest ran no specs"
     assert summary(direct).get("passed", 0) > 0, "critest passed nothing directly; the runtime setup is broken"
     for spec in NOT_COMPARED:  # the skip pattern must still name them, or the race is back in the comparison
@@ -167,9 +222,21 @@ def test_critest_parity(tools):
     # The one image no local build can provide: its reference carries the upstream manifest's digest.
     assert pulls == ["public image with digest should be pulled and removed [Conformance]"], pulls
     for transport in sides[1:]:
-        relayed = results[transport]
-        print(f"critest through the relay ({transport}): {summary(relayed)}")
-        differences = {k: (direct.get(k), relayed.get(k)) for k in direct.keys() | relayed.keys()
-                       if direct.get(k) != relayed.get(k)}
+        print(f"critest through the relay ({transport}): {summary(results[transport][0])}")
+    rerun = tuple(sorted({spec for t in sides[1:] for spec in differing(direct, results[t][0])}))
+    if rerun:
+        print(f"differing specs, each run again {RERUNS} times on every side: {json.dumps(rerun, indent=1)}")
+        for transport in sides[1:]:
+            print(f"their failures through {transport}: "
+                  f"{json.dumps(failure_messages(workdir, transport, list(rerun)), indent=1)}")
+        print(f"their failures directly: {json.dumps(failure_messages(workdir, 'direct', list(rerun)), indent=1)}")
+        with ThreadPoolExecutor(len(sides)) as pool:
+            futures = {name: pool.submit(critest_side, tools, tar, workdir, name, RERUNS, rerun) for name in sides}
+            for name, f in futures.items():
+                results[name] += f.result()
+        for name in sides:
+            print(f"reruns {name}: {[{spec: run.get(spec) for spec in rerun} for run in results[name][1:]]}")
+    for transport in sides[1:]:
+        differences = lasting_differences(results["direct"], results[transport])
         assert not differences, f"critest results differ (direct, {transport}): {json.dumps(differences, indent=1)}"
     shutil.rmtree(workdir, ignore_errors=True)  # kept for inspection when the comparison fails
