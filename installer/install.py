@@ -302,6 +302,24 @@ class NodeInstaller:
         log.info("kubelet already runs against the relay; not restarting it")
         return changed, False
 
+    def kubelet_guard_intact(self) -> bool:
+        """Whether the guard's script and kubelet's drop-in are on the node as the installer last wrote them."""
+        journal = self.journal()
+        for path in (node_files.KUBELET_GUARD_DROPIN, node_files.KUBELET_GUARD):
+            rec = journal.files.get(path)
+            if rec is None or self.host.file_sha256(path) != rec.ours[-1]:
+                return False
+        return True
+
+    def put_kubelet_guard(self) -> list[str]:
+        """Write the guard again for kubelet's current repoint; returns the files changed.
+
+        gardener-node-agent removes ``/etc/systemd/system/kubelet.service.d`` whole whenever it rewrites
+        kubelet.service (gardener v1.149.3 pkg/nodeagent/controller/operatingsystemconfig/reconciler.go,
+        applyChangedUnits: a unit without drop-ins in the OSC loses its ``.d`` directory), and restarts kubelet
+        without a repoint to follow, so the supervisor calls this whenever the guard is gone."""
+        return self._put_kubelet_guard(self.journal())
+
     def _put_kubelet_guard(self, journal: Journal) -> list[str]:
         """Write the boot-time guard for the kubelet files just written (see kubelet-guard.sh.j2)."""
         guarded = []

@@ -16,6 +16,10 @@ one action:
   not-ready until the pod is restarted (a new rollout or an operator's delete).
 * **repoint**: kubelet runs against something other than the relay although it should not (its
   configuration was rewritten, e.g. by gardener-node-agent): apply the repoint again.
+* **guard**: kubelet is on the relay but the kubelet guard (its drop-in or script) is gone or changed:
+  gardener-node-agent removes ``kubelet.service.d`` whole whenever it rewrites kubelet.service, and restarts
+  kubelet, which still reads the repoint from ``/var/lib/kubelet/extra_args``. Write the guard again, so the
+  next kubelet start (a reboot) is guarded; no kubelet restart.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class Health:
     relay_error: str | None  # None when the relay answered CRI Version
     kubelet_endpoint: str  # effective endpoint of the running kubelet, "" if unknown
     kubelet_on_relay: bool
+    guard_intact: bool = True  # the kubelet guard is on the node as last written (read only while on the relay)
 
 
 @dataclass
@@ -61,7 +66,7 @@ class SupervisorState:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # "none", "fallback", "recover", "repoint", "restart-unit"
+    action: str  # "none", "fallback", "recover", "repoint", "guard", "restart-unit"
     ready: bool
     reason: str
 
@@ -88,6 +93,10 @@ def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSett
         if health.kubelet_endpoint and not health.kubelet_on_relay:
             return Decision("repoint", True,
                             f"kubelet runs against {health.kubelet_endpoint}, not the relay; repointing it")
+        if not health.guard_intact:
+            return Decision("guard", True, f"the kubelet guard ({node_files.KUBELET_GUARD_DROPIN} or its script) is "
+                                           "gone or changed, as when gardener-node-agent rewrites kubelet.service; "
+                                           "writing it again")
         return Decision("none", True, "cri-resmgr is active and kubelet uses the relay")
     recent = [t for t in state.fallbacks if now - t <= s.fallback_window_s]
     base = "kubelet is on the container runtime (fallback)"
@@ -127,7 +136,8 @@ class Supervisor:
             relay_error = str(exc)
         endpoint, _ = self.installer.kubelet_running_endpoint()
         on_relay = bool(endpoint) and self.installer.same_endpoint(endpoint, node_files.RELAY_ENDPOINT)
-        return Health(unit_state, relay_error, endpoint, on_relay)
+        guard = self.installer.kubelet_guard_intact() if self.state.on_relay else True
+        return Health(unit_state, relay_error, endpoint, on_relay, guard)
 
     def tick(self) -> Decision:
         now = time.monotonic()
@@ -145,6 +155,8 @@ class Supervisor:
         elif decision.action == "restart-unit":
             systemd.reset_failed(self.installer.host, node_files.UNIT)
             systemd.restart(self.installer.host, node_files.UNIT)
+        elif decision.action == "guard":
+            self.installer.put_kubelet_guard()
         elif decision.action in ("recover", "repoint"):
             self.installer.point_kubelet_at_relay()
             self.state.on_relay = True

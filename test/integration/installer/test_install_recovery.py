@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 from integration.installer.installer_node import LAYOUTS, snapshot, wait_for
@@ -17,6 +19,7 @@ from integration.installer.node_checks import (
     wait_kubelet_on_runtime,
 )
 
+from installer import node_files
 from installer.failpoints import ENV as FAILPOINT_ENV
 from installer.failpoints import INSTALL_FAILPOINTS, UNINSTALL_FAILPOINTS
 
@@ -124,18 +127,55 @@ def probe(n) -> int:
     return subprocess.run(n.supervise_argv("probe"), capture_output=True, text=True).returncode
 
 
-def test_gardener_node_agent_rewriting_kubelet_service_keeps_the_relay(installer_node) -> None:
+@contextlib.contextmanager
+def supervising(n, log_path) -> Iterator[None]:
+    """The installer supervising with a 1-s check, logging to ``log_path``, once ready with kubelet on the relay;
+    stopped (and its clean exit checked) at the end."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(n.supervise_argv("--check-interval", "1"), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        wait_for(lambda: probe(n) == 0, "the installer to report ready", timeout=90)
+        wait_kubelet_on_relay(n.node)
+        yield
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_gardener_node_agent_rewriting_kubelet_service_keeps_the_relay_and_the_guard(installer_node, tmp_path) -> None:
+    """What gardener-node-agent does to kubelet.service on every kubelet-relevant OSC change: remove the
+    unit's ``.d`` directory whole (the OSC gives kubelet.service no drop-ins), write the unit afresh,
+    daemon-reload, restart kubelet (gardener v1.149.3 pkg/nodeagent/controller/operatingsystemconfig/
+    reconciler.go, applyChangedUnits and executeUnitCommands). kubelet stays on the relay (the repoint is in
+    /var/lib/kubelet/extra_args, which the OSC does not hold), the supervisor writes the guard again, and the
+    guard then still keeps a broken relay from holding kubelet at the next start (a reboot)."""
     n = installer_node("gardener")
-    n.install()
     unit = "/etc/systemd/system/kubelet.service"
-    # gardener-node-agent writes the unit afresh (here: a kubelet upgrade), reloads and restarts kubelet.
-    rewritten = LAYOUTS["gardener"].files[unit].replace("kubernetes-version=1.31.1", "kubernetes-version=1.31.2")
-    n.node.write_file(unit, rewritten)
-    n.node.systemctl("daemon-reload")
+    log_path = tmp_path / "supervisor.log"
+    with supervising(n, log_path):
+        guard = {path: n.node.read_file(path) for path in (node_files.KUBELET_GUARD_DROPIN, node_files.KUBELET_GUARD)}
+        rewritten = LAYOUTS["gardener"].files[unit].replace("kubernetes-version=1.31.1", "kubernetes-version=1.31.2")
+        n.node.run(["rm", "-rf", "/etc/systemd/system/kubelet.service.d"])
+        n.node.write_file(unit, rewritten)
+        n.node.systemctl("daemon-reload")
+        n.node.systemctl("restart", "kubelet.service")
+        wait_for(lambda: kubelet_on_relay(n.node), "kubelet to come back on the relay", timeout=30)
+        wait_for(lambda: all(n.node.exists(path) and n.node.read_file(path) == data for path, data in guard.items()),
+                 "the supervisor to write the kubelet guard again", timeout=30)
+        assert "writing it again" in log_path.read_text()
+        dropins = n.node.systemctl("show", "kubelet.service", "--property=DropInPaths", "--value").stdout
+        assert node_files.KUBELET_GUARD_DROPIN in dropins, f"systemd does not know the guard again: {dropins!r}"
+        assert probe(n) == 0
+    # No installer runs at boot: a broken relay and a kubelet start, and the guard puts kubelet on containerd.
+    n.node.write_file(node_files.BINARY, "#!/bin/sh\necho broken release >&2\nexit 1\n", mode=0o755)
+    n.node.systemctl("restart", "cri-resource-manager", check=False)
     n.node.systemctl("restart", "kubelet.service")
-    wait_for(lambda: kubelet_on_relay(n.node), "kubelet to come back on the relay", timeout=30)
-    # A re-run has nothing to repair, and uninstall leaves the agent's new unit alone.
-    assert "install complete: 0 change(s)" in n.install().stderr
+    wait_kubelet_on_runtime(n.node)
+    assert n.node.exists(node_files.KUBELET_GUARD_MARKER)
+    # A rollout repairs the node; uninstall then leaves the agent's new unit alone.
+    n.install()
+    wait_kubelet_on_relay(n.node)
     n.uninstall()
     assert n.node.read_file(unit) == rewritten.encode()
     wait_kubelet_on_runtime(n.node)
@@ -185,12 +225,7 @@ def test_supervisor_repoints_kubelet_when_its_config_owner_rewrites_it(installer
     n = installer_node("config")
     config = "/etc/kubernetes/kubelet-config.yaml"
     log_path = tmp_path / "supervisor.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(n.supervise_argv("--check-interval", "1"), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        wait_for(lambda: probe(n) == 0, "the installer to report ready", timeout=90)
-        wait_kubelet_on_relay(n.node)
+    with supervising(n, log_path):
         # The file's owner writes a new version (maxPods changed) with the original endpoint, and
         # restarts kubelet: kubelet is on containerd, behind the installer's back.
         owners = LAYOUTS["config"].files[config].replace("maxPods: 110", "maxPods: 250")
@@ -201,9 +236,6 @@ def test_supervisor_repoints_kubelet_when_its_config_owner_rewrites_it(installer
         wait_for(lambda: kubelet_on_relay(n.node), "kubelet back on the relay", timeout=60)
         assert b"maxPods: 250" in n.node.read_file(config)
         assert "was rewritten by someone else" in log_path.read_text()
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
     # Uninstall gives back the owner's latest version, not the one from before the install.
     n.uninstall()
     assert n.node.read_file(config) == owners.encode()

@@ -57,3 +57,15 @@ def test_flapping_stops_after_max_fallbacks() -> None:
     # An hour later the window has passed and recovery is possible again.
     decide(st, OK, 3800, S)
     assert decide(st, OK, 3831, S).action == "recover"
+
+
+def test_a_missing_guard_is_written_again_only_while_kubelet_is_on_an_answering_relay() -> None:
+    no_guard = Health("active", None, "unix:///var/run/cri-resmgr/cri-resmgr.sock", True, guard_intact=False)
+    d = decide(SupervisorState(on_relay=True, last_answer=0), no_guard, 1, S)
+    assert (d.action, d.ready) == ("guard", True) and "gardener-node-agent" in d.reason
+    # A repoint writes the guard too, so a drifted kubelet is repointed first.
+    drift = Health("active", None, "unix:///run/containerd/containerd.sock", False, guard_intact=False)
+    assert decide(SupervisorState(on_relay=True, last_answer=0), drift, 1, S).action == "repoint"
+    # A silent relay is the fallback's business, not the guard's.
+    silent = Health("active", "UNAVAILABLE", "unix:///var/run/cri-resmgr/cri-resmgr.sock", True, guard_intact=False)
+    assert decide(SupervisorState(on_relay=True, last_answer=0), silent, 1, S).action == "none"
