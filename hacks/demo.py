@@ -102,7 +102,8 @@ class Demo:
         v = self.land.versions()
         pools = ", ".join(f"{n.name} ({n.spec.pool})" for n in self.nodes)
         return (f"{v['kubelet']} on {pools}; seed node {self.land.seed_node.name} runs the extension image "
-                f"{self.land.extension_image().rsplit('/', 1)[-1]}; {v['gardener-resource-manager']}; "
+                f"{self.land.extension_image().rsplit('/', 1)[-1]}; Gardener {v['gardener']} "
+                f"({v['gardener-resource-manager']}, CRDs); "
                 f"images: {self.land.image_source()}")
 
     def enable(self) -> str:

@@ -75,8 +75,8 @@ metadata:
   annotations:
     # gardenlet sets this Pod Security Standard as the enforce label of the extension-<name> namespace
     # (gardener pkg/gardenlet/controller/controllerinstallation/controllerinstallation/reconciler.go).
-    # The seed pod passes baseline; restricted would also need seccompProfile: RuntimeDefault.
-    security.gardener.cloud/pod-security-enforce: baseline
+    # The seed pod passes restricted (non-root, no privilege escalation, no capabilities, RuntimeDefault seccomp).
+    security.gardener.cloud/pod-security-enforce: restricted
 spec:
   deployment:
     deploymentRefs:

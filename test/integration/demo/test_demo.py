@@ -3,6 +3,7 @@ kubelets, pinned pod, config change, disable with every node restored, nothing l
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,5 +24,6 @@ def test_demo_runs_end_to_end(tools, tmp_path):
     assert "demo: all steps passed" in out
     # The summary names the real components and shows the pinned cpuset and the restored nodes.
     assert "Kubernetes v1." in out and "gardener-resource-manager v1." in out and "docker-registry" in out
+    assert re.search(r"Gardener v1\.\d+\.\d+ ", out), "the summary names the Gardener version"
     assert "cpuset.cpus=" in out and "identical" in out and "nothing left" in out
     assert "FAILED" not in out

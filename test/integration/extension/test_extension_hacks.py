@@ -45,7 +45,7 @@ def test_generate_controller_registration(tools, tmp_path):
     assert packaged == (REPO / "charts/gardener-extension-cri-resmgr/templates/deployment.yaml").read_bytes()
     assert "gardener-extension-cri-resmgr/values.yaml" in names
     assert reg["spec"]["resources"] == [{"kind": "Extension", "type": "cri-resmgr-extension"}]
-    assert reg["metadata"]["annotations"] == {"security.gardener.cloud/pod-security-enforce": "baseline"}
+    assert reg["metadata"]["annotations"] == {"security.gardener.cloud/pod-security-enforce": "restricted"}
     assert reg["spec"]["deployment"]["deploymentRefs"] == [{"name": v1["metadata"]["name"]}]
 
 
