@@ -14,7 +14,8 @@ the extension as its Deployment; gardenlet's part played by the stand-in):
 
 The LAST line printed is the summary:
 
-    landscape: startup_s=<x> enable_to_relay_s=<y> disable_to_restored_s=<z> rss_mb_<component>=<mb> ...
+    landscape: gardener_version=<v> startup_s=<x> enable_to_relay_s=<y> disable_to_restored_s=<z>
+               disable_to_gone_s=<s> uninstall_node_s=<a,b> rss_mb_<component>=<mb> ...   (one line)
 
 Target (DESIGN, reported, not asserted): enable -> every node on the relay <= 60 s for 2 nodes.
 """
@@ -79,7 +80,8 @@ def test_bench_landscape(tools, tmp_path):
     print("  start-up phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in land.timings.items()))
     print(f"  target enable -> relay <= {TARGET_ENABLE_S:g}s: "
           f"{'met' if enable_s <= TARGET_ENABLE_S else 'NOT met'} ({enable_s:.1f}s)")
-    line = (f"landscape: startup_s={land.timings['startup']:.1f} enable_to_relay_s={enable_s:.1f} "
+    line = (f"landscape: gardener_version={land.versions()['gardener']} "
+            f"startup_s={land.timings['startup']:.1f} enable_to_relay_s={enable_s:.1f} "
             f"disable_to_restored_s={disable_s:.1f} disable_to_gone_s={gone_s:.1f} "
             f"uninstall_node_s={','.join(f'{x:.1f}' for x in node_s)} "
             + " ".join(f"rss_mb_{_key(k)}={v:.0f}" for k, v in rss.items()))
