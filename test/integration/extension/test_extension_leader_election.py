@@ -1,0 +1,142 @@
+"""Two replicas are safe: leader election on a Lease in the operator's namespace makes exactly one work.
+
+The holder of the Lease (spec.holderIdentity, read from the API) is the only one that runs kopf; a standby
+never starts it. A killed leader is replaced once its Lease expires; a leader stopped by SIGTERM exits 0 and
+releases the Lease, so a standby takes over without waiting for expiry."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+
+import pytest
+from extension_operator_process import Operator, wait_for
+from fixtures.seed_api import default_shoot
+
+pytestmark = pytest.mark.integration
+
+LEASE = "gardener-extension-cri-resmgr-leader-election"
+
+
+def succeeded(seed, ns):
+    ex = seed.extension(ns) or {}
+    return ((ex.get("status") or {}).get("lastOperation") or {}).get("state") == "Succeeded"
+
+
+def reconciled_by(op, ns):
+    return any(ln.get("namespace") == ns and "Successfully reconciled" in ln.get("msg", "")
+               for ln in op.log_lines())
+
+
+def identity_of(op) -> str | None:
+    """The identity the operator competes with, from its "starting" line."""
+    return next((ln.get("identity") for ln in op.log_lines() if ln.get("msg") == "starting"), None)
+
+
+def holder(seed, namespace) -> str | None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return seed.coordination.read_namespaced_lease(LEASE, namespace).spec.holder_identity
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def waiting_for_lease(op) -> bool:
+    return any(ln.get("msg", "").startswith("waiting for the lease ") for ln in op.log_lines())
+
+
+def ran_kopf(op) -> list[dict]:
+    """Lines that only a running kopf (or a reconcile) writes."""
+    return [ln for ln in op.log_lines() if str(ln.get("logger", "")).startswith("kopf")
+            or "reconcile" in ln.get("msg", "").lower()]
+
+
+def candidate(seed_api, tools, tmp_path, name, lease_ns, watched, configs_ns, extra=()) -> Operator:
+    return Operator(seed_api, tools, tmp_path / name, watched[0], configmap_namespace=configs_ns,
+                    extra_args=[a for ns in watched[1:] for a in ("--namespace", ns)] + list(extra),
+                    env={"POD_NAME": name}, name=name, leader_election=lease_ns).start()
+
+
+def exit_code(op: Operator, sig: int) -> int:
+    os.killpg(op.process.pid, sig)
+    return op.process.popen.wait(timeout=60)
+
+
+def test_one_replica_holds_the_lease_and_works_and_a_killed_leader_is_replaced(
+        seed, seed_api, tools, base_configs_namespace, tmp_path):
+    lease_ns = seed_api.create_shoot_namespace(f"garden-le-{uuid.uuid4().hex[:6]}")
+    first, second = seed.new_namespace("tle"), seed.new_namespace("tle")
+    for ns in (first, second):
+        seed_api.create_cluster(ns, shoot=default_shoot(ns))
+    watched = [first, second]
+    active = candidate(seed_api, tools, tmp_path, "active", lease_ns, watched, base_configs_namespace)
+    standby = None
+    try:
+        wait_for(lambda: identity_of(active) and holder(seed, lease_ns) == identity_of(active),
+                 "the first operator to hold the Lease", timeout=90, operator=active)
+        standby = candidate(seed_api, tools, tmp_path, "standby", lease_ns, watched, base_configs_namespace)
+        wait_for(lambda: waiting_for_lease(standby), "the second operator waiting for the Lease", timeout=90,
+                 operator=standby)
+        assert identity_of(standby) not in (None, identity_of(active))
+        assert holder(seed, lease_ns) == identity_of(active)
+
+        seed.create_extension(first, None)
+        wait_for(lambda: succeeded(seed, first), "reconcile by the leader", operator=active)
+        # The reconciler logs its success after the status patch that `succeeded` sees: wait for the line.
+        wait_for(lambda: reconciled_by(active, first), "the leader's reconcile log line", operator=active)
+        assert holder(seed, lease_ns) == identity_of(active)
+        assert not ran_kopf(standby), ran_kopf(standby)[:3]
+
+        active.stop(sig=signal.SIGKILL)
+        wait_for(lambda: holder(seed, lease_ns) == identity_of(standby), "the standby to take the expired Lease",
+                 timeout=90, operator=standby)
+        seed.create_extension(second, None)
+        wait_for(lambda: succeeded(seed, second), "reconcile by the new leader", timeout=90, operator=standby)
+        wait_for(lambda: reconciled_by(standby, second), "the new leader's reconcile log line", operator=standby)
+        assert any(ln.get("msg") == f"acquired the lease {lease_ns}/{LEASE}" for ln in standby.log_lines())
+    finally:
+        active.stop()
+        if standby is not None:
+            standby.stop()
+
+
+def test_sigterm_exits_0_a_leader_releases_the_lease_and_a_standby_takes_over(
+        seed, seed_api, tools, base_configs_namespace, tmp_path):
+    lease_ns = seed_api.create_shoot_namespace(f"garden-le-{uuid.uuid4().hex[:6]}")
+    ns = seed.new_namespace("tle")
+    seed_api.create_cluster(ns, shoot=default_shoot(ns))
+    # A lease duration far longer than the test: a standby can only get the Lease early if it was released.
+    slow_expiry = ["--leader-election-lease-duration", "600"]
+    leader = candidate(seed_api, tools, tmp_path, "leader", lease_ns, [ns], base_configs_namespace, slow_expiry)
+    quitter = successor = None
+    try:
+        wait_for(lambda: identity_of(leader) and holder(seed, lease_ns) == identity_of(leader),
+                 "the leader to hold the Lease", timeout=90, operator=leader)
+        # A standby stopped while it waits exits 0 and leaves the Lease alone.
+        quitter = candidate(seed_api, tools, tmp_path, "quitter", lease_ns, [ns], base_configs_namespace, slow_expiry)
+        wait_for(lambda: waiting_for_lease(quitter), "a standby waiting for the Lease", timeout=90, operator=quitter)
+        assert exit_code(quitter, signal.SIGTERM) == 0, quitter.log_tail()
+        assert any(ln.get("msg", "").startswith("stopped while waiting for the lease") for ln in quitter.log_lines())
+        assert not ran_kopf(quitter), ran_kopf(quitter)[:3]
+        assert holder(seed, lease_ns) == identity_of(leader)
+
+        successor = candidate(seed_api, tools, tmp_path, "successor", lease_ns, [ns], base_configs_namespace,
+                              slow_expiry)
+        wait_for(lambda: waiting_for_lease(successor), "the successor waiting for the Lease", timeout=90,
+                 operator=successor)
+        assert exit_code(leader, signal.SIGTERM) == 0, leader.log_tail()
+        # Released before the leader exited: the Lease no longer names it (expiry is 600 s away).
+        assert holder(seed, lease_ns) != identity_of(leader)
+        assert any(ln.get("msg") == f"released the lease {lease_ns}/{LEASE}" for ln in leader.log_lines())
+        wait_for(lambda: holder(seed, lease_ns) == identity_of(successor), "the successor to take the released Lease",
+                 timeout=90, operator=successor)
+        seed.create_extension(ns, None)
+        wait_for(lambda: succeeded(seed, ns), "reconcile by the successor", timeout=90, operator=successor)
+    finally:
+        for op in (leader, quitter, successor):
+            if op is not None:
+                op.stop()
