@@ -8,8 +8,10 @@ import logging
 import os
 import signal
 import sys
+import urllib.parse
 from pathlib import Path
 
+import aiohttp.web
 import kopf
 
 from extension import leader_election
@@ -76,7 +78,17 @@ def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Pa
         if elector is None:
             await run_kopf(stop)
             return None
-        return await elector.lead(stop, run_kopf)
+        probe = StandbyLiveness(args.liveness_endpoint)
+        await probe.start()
+
+        async def lead(stop_flag: asyncio.Event) -> None:
+            await probe.stop()  # kopf serves the endpoint from here on
+            await run_kopf(stop_flag)
+
+        try:
+            return await elector.lead(stop, lead)
+        finally:
+            await probe.stop()
 
     outcome = asyncio.run(main())
     if outcome is Outcome.LOST:
@@ -87,6 +99,38 @@ def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Pa
         os._exit(1)
     log.info("stopped", extra={"outcome": outcome.value if outcome else "stopped"})
     return 0
+
+
+class StandbyLiveness:
+    """Answer the liveness probe while waiting for the lease.
+
+    A standby runs no kopf, so nothing would serve kopf's liveness endpoint and kubelet would restart the
+    standby over and over. The answer comes from the event loop that runs the election, so it also says
+    that this loop is alive.
+    """
+
+    def __init__(self, endpoint: str | None) -> None:
+        self.endpoint = endpoint
+        self._runner: aiohttp.web.AppRunner | None = None
+
+    async def start(self) -> None:
+        if not self.endpoint:
+            return
+        url = urllib.parse.urlsplit(self.endpoint)
+
+        async def alive(request: aiohttp.web.Request) -> aiohttp.web.Response:
+            return aiohttp.web.json_response({"standby": True})
+
+        app = aiohttp.web.Application()
+        app.add_routes([aiohttp.web.get(url.path or "/", alive)])
+        self._runner = aiohttp.web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await aiohttp.web.TCPSite(self._runner, url.hostname or "127.0.0.1", url.port or 80).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
 
 
 def _connection_info(api_client: object) -> kopf.ConnectionInfo:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
+import urllib.request
 import uuid
 
 import pytest
 from extension_operator_process import Operator, wait_for
+from fixtures.procs import free_port
 from fixtures.seed_api import default_shoot
 
 pytestmark = pytest.mark.integration
@@ -61,6 +63,15 @@ def candidate(seed_api, tools, tmp_path, name, lease_ns, watched, configs_ns, ex
                     env={"POD_NAME": name}, name=name, leader_election=lease_ns).start()
 
 
+def liveness(port: int) -> bool:
+    """The pod's liveness probe: kubelet restarts a container whose endpoint does not answer 200."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 def exit_code(op: Operator, sig: int) -> int:
     os.killpg(op.process.pid, sig)
     return op.process.popen.wait(timeout=60)
@@ -73,16 +84,26 @@ def test_one_replica_holds_the_lease_and_works_and_a_killed_leader_is_replaced(
     for ns in (first, second):
         seed_api.create_cluster(ns, shoot=default_shoot(ns))
     watched = [first, second]
-    active = candidate(seed_api, tools, tmp_path, "active", lease_ns, watched, base_configs_namespace)
+    ports = {"active": free_port(), "standby": free_port()}
+
+    def probe(name):
+        return ["--liveness-endpoint", f"http://127.0.0.1:{ports[name]}/healthz"]
+
+    active = candidate(seed_api, tools, tmp_path, "active", lease_ns, watched, base_configs_namespace,
+                       probe("active"))
     standby = None
     try:
         wait_for(lambda: identity_of(active) and holder(seed, lease_ns) == identity_of(active),
                  "the first operator to hold the Lease", timeout=90, operator=active)
-        standby = candidate(seed_api, tools, tmp_path, "standby", lease_ns, watched, base_configs_namespace)
+        standby = candidate(seed_api, tools, tmp_path, "standby", lease_ns, watched, base_configs_namespace,
+                            probe("standby"))
         wait_for(lambda: waiting_for_lease(standby), "the second operator waiting for the Lease", timeout=90,
                  operator=standby)
         assert identity_of(standby) not in (None, identity_of(active))
         assert holder(seed, lease_ns) == identity_of(active)
+        # Both pass the liveness probe: kopf answers for the leader, the waiting standby answers itself.
+        wait_for(lambda: liveness(ports["active"]), "the leader's liveness endpoint", operator=active)
+        wait_for(lambda: liveness(ports["standby"]), "the standby's liveness endpoint", operator=standby)
 
         seed.create_extension(first, None)
         wait_for(lambda: succeeded(seed, first), "reconcile by the leader", operator=active)
@@ -97,6 +118,7 @@ def test_one_replica_holds_the_lease_and_works_and_a_killed_leader_is_replaced(
         seed.create_extension(second, None)
         wait_for(lambda: succeeded(seed, second), "reconcile by the new leader", timeout=90, operator=standby)
         wait_for(lambda: reconciled_by(standby, second), "the new leader's reconcile log line", operator=standby)
+        wait_for(lambda: liveness(ports["standby"]), "the new leader's (kopf's) liveness endpoint", operator=standby)
         assert any(ln.get("msg") == f"acquired the lease {lease_ns}/{LEASE}" for ln in standby.log_lines())
     finally:
         active.stop()
