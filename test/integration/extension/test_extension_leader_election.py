@@ -63,6 +63,21 @@ def candidate(seed_api, tools, tmp_path, name, lease_ns, watched, configs_ns, ex
                     env={"POD_NAME": name}, name=name, leader_election=lease_ns).start()
 
 
+def usurp(seed, namespace, identity) -> bool:
+    """Write another holder into the Lease; False when the leader renewed in between (409: try again)."""
+    from kubernetes.client.exceptions import ApiException
+
+    lease = seed.coordination.read_namespaced_lease(LEASE, namespace)
+    lease.spec.holder_identity = identity
+    try:
+        seed.coordination.replace_namespaced_lease(LEASE, namespace, lease)
+    except ApiException as e:
+        if e.status == 409:
+            return False
+        raise
+    return True
+
+
 def liveness(port: int) -> bool:
     """The pod's liveness probe: kubelet restarts a container whose endpoint does not answer 200."""
     try:
@@ -162,3 +177,20 @@ def test_sigterm_exits_0_a_leader_releases_the_lease_and_a_standby_takes_over(
         for op in (leader, quitter, successor):
             if op is not None:
                 op.stop()
+
+
+def test_a_leader_that_loses_the_lease_stops_and_exits_1(seed, seed_api, tools, base_configs_namespace, tmp_path):
+    lease_ns = seed_api.create_shoot_namespace(f"garden-le-{uuid.uuid4().hex[:6]}")
+    ns = seed.new_namespace("tle")
+    leader = candidate(seed_api, tools, tmp_path, "leader", lease_ns, [ns], base_configs_namespace)
+    try:
+        wait_for(lambda: identity_of(leader) and holder(seed, lease_ns) == identity_of(leader),
+                 "the leader to hold the Lease", timeout=90, operator=leader)
+        # Another candidate takes the Lease over (as after this process stalled past the lease duration).
+        wait_for(lambda: usurp(seed, lease_ns, "usurper"), "the Lease taken over", operator=leader)
+        assert leader.process.popen.wait(timeout=90) == 1, leader.log_tail()
+        lost = [ln for ln in leader.log_lines() if ln.get("msg", "").startswith(f"lost the lease {lease_ns}/{LEASE}")]
+        assert lost and lost[0]["level"] == "warning" and "usurper" in lost[0]["msg"], leader.log_tail()
+        assert holder(seed, lease_ns) == "usurper"  # not released: it is not ours
+    finally:
+        leader.stop()
