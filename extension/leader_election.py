@@ -151,11 +151,12 @@ class LeaderElector:
         """
         s = self.settings
         if not await self._acquire(stop):
+            self._executor.shutdown(wait=False)
             log.info(f"stopped while waiting for the lease {s.lease}",
                      extra={"lease": s.lease, "identity": s.identity})
             return Outcome.STOPPED_WAITING
         log.info(f"acquired the lease {s.lease}", extra={"lease": s.lease, "identity": s.identity})
-        # Created before work starts: kopf cancels tasks that appear while it runs, not older ones.
+        # kopf cancels the tasks that appear while it runs: the renew loop below creates none (see _call).
         work_task = asyncio.create_task(work(stop), name="leader work")
         why = await self._renew_until(work_task)
         if why is not None:
