@@ -8,6 +8,15 @@ import os
 import sys
 from pathlib import Path
 
+from extension.leader_election import (
+    DEFAULT_LEASE_DURATION,
+    DEFAULT_LEASE_NAME,
+    DEFAULT_RENEW_DEADLINE,
+    DEFAULT_RETRY_PERIOD,
+    check_durations,
+    in_cluster_namespace,
+)
+
 DESCRIPTION = """\
 gardener-extension-cri-resmgr is a kopf operator for the seed cluster. It reacts
 to Extension resources of type cri-resmgr-extension, merges the operator's base
@@ -51,6 +60,21 @@ def max_unavailable(text: str) -> str | int:
     return value if value.endswith("%") else int(number)
 
 
+def leader_election_problem(args: argparse.Namespace) -> str | None:
+    """Why the leader election flags cannot work, or None; fills in the namespace from the cluster."""
+    if not args.leader_election:
+        return None
+    problem = check_durations(args.leader_election_lease_duration, args.leader_election_renew_deadline,
+                              args.leader_election_retry_period)
+    if problem:
+        return f"--leader-election-*: {problem}"
+    args.leader_election_namespace = args.leader_election_namespace or in_cluster_namespace()
+    if not args.leader_election_namespace:
+        return ("--leader-election-namespace is required: not running in a cluster, so the pod's namespace "
+                "is unknown (or pass --no-leader-election for a single replica)")
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gardener-extension-cri-resmgr", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,14 +115,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--images-file", type=Path, default=None,
                    help="image vector (default: <charts-dir>/images.yaml)")
     p.add_argument("--helm", default=None, help="helm binary (default: $HELM, PATH, then the dev cache)")
-    p.add_argument("--peering", default="gardener-extension-cri-resmgr", metavar="NAME",
-                   help="kopf peering name; replicas with the same name elect one active instance "
-                        "(needs the ClusterKopfPeering CRD and object, see the chart)")
-    p.add_argument("--standalone", action="store_true", help="run without peering (single replica only)")
-    p.add_argument("--priority", type=int, default=None,
-                   help="peering priority (default: random, so that exactly one replica is active)")
-    p.add_argument("--peering-lifetime", type=int, default=60, metavar="SECONDS",
-                   help="how long a silent peer counts as alive; a standby takes over after this (default: 60)")
+    le = p.add_argument_group(
+        "leader election",
+        "Replicas compete for a coordination.k8s.io/v1 Lease in their own namespace, as\n"
+        "Gardener's Go extensions do (controller-runtime). Only the holder runs the operator;\n"
+        "a standby takes over once the holder has not renewed for the lease duration; a holder\n"
+        "that cannot renew within the renew deadline exits with 1 and is restarted as a\n"
+        "candidate; a holder stopped by SIGTERM releases the Lease, so a standby takes over\n"
+        "at its next retry. Needs get, create and update on leases in that namespace.")
+    le.add_argument("--leader-election", action=argparse.BooleanOptionalAction, default=True,
+                    help="elect one active replica (default: on; --no-leader-election for a single replica)")
+    le.add_argument("--standalone", dest="leader_election", action="store_false",
+                    help="deprecated alias of --no-leader-election")
+    le.add_argument("--leader-election-id", default=DEFAULT_LEASE_NAME, metavar="NAME",
+                    help=f"name of the Lease (default: {DEFAULT_LEASE_NAME})")
+    le.add_argument("--leader-election-namespace", default=None, metavar="NAMESPACE",
+                    help="namespace of the Lease (default: the pod's namespace from its service account; "
+                         "required outside a cluster; the chart passes $(POD_NAMESPACE))")
+    le.add_argument("--leader-election-lease-duration", type=int, default=DEFAULT_LEASE_DURATION,
+                    metavar="SECONDS", help="how long a standby waits after the last renewal it saw before it "
+                    f"takes the Lease over (default: {DEFAULT_LEASE_DURATION})")
+    le.add_argument("--leader-election-renew-deadline", type=int, default=DEFAULT_RENEW_DEADLINE,
+                    metavar="SECONDS", help="how long the holder keeps trying to renew before it gives up and "
+                    f"exits; shorter than the lease duration (default: {DEFAULT_RENEW_DEADLINE})")
+    le.add_argument("--leader-election-retry-period", type=int, default=DEFAULT_RETRY_PERIOD,
+                    metavar="SECONDS", help="how often the holder renews and a standby tries to acquire; the "
+                    f"renew deadline must exceed 1.2 x this (default: {DEFAULT_RETRY_PERIOD})")
     p.add_argument("--namespace", action="append", default=[], metavar="PATTERN",
                    help="watch only these namespaces (repeatable; default: all namespaces)")
     p.add_argument("--liveness-endpoint", default=None, metavar="URL",
@@ -144,11 +186,14 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"gardener-extension-cri-resmgr: --{flag.replace('_', '-')} must be >= 1\n")
             return 2
     for flag in ("health_interval", "base_configs_interval", "heartbeat_interval", "poll_interval",
-                 "retry_delay_min", "retry_delay_max",
-                 "peering_lifetime"):
+                 "retry_delay_min", "retry_delay_max"):
         if getattr(args, flag) <= 0:
             sys.stderr.write(f"gardener-extension-cri-resmgr: --{flag.replace('_', '-')} must be > 0\n")
             return 2
+    problem = leader_election_problem(args)
+    if problem:
+        sys.stderr.write(f"gardener-extension-cri-resmgr: {problem}\n")
+        return 2
 
     from extension.operator import run
 

@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,15 +53,9 @@ def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
     # kopf would post a Kubernetes Event for every retry, including routine waits; the JSON logs
     # (and lastOperation/lastError) carry that information without flooding the seed with Events.
     ks.posting.enabled = False
-    if settings.peering_name:
-        ks.peering.name = settings.peering_name
-        ks.peering.mandatory = True
-        # Distinct priorities make exactly one replica active; equal ones would both work.
-        ks.peering.lifetime = settings.peering_lifetime
-        ks.peering.priority = (settings.peering_priority if settings.peering_priority is not None
-                               else random.randint(1, 2**31 - 1))
-    else:
-        ks.peering.standalone = True
+    # No kopf peering (a seed-global CRD): replicas coordinate by leader election on a Lease
+    # (extension/leader_election.py), and only the leader runs kopf.
+    ks.peering.standalone = True
     return ks
 
 

@@ -39,9 +39,6 @@ class OperatorSettings:
     heartbeat_namespace: str | None = None
     retry_delay_min: float = 5.0
     retry_delay_max: float = 60.0
-    peering_name: str | None = c.EXTENSION_NAME
-    peering_priority: int | None = None
-    peering_lifetime: int = 60
     base_configs_interval: float = 10.0
 
 

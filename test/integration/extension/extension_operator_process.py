@@ -20,11 +20,16 @@ FINALIZER = "extensions.gardener.cloud/cri-resmgr-extension"
 
 
 class Operator:
-    """One operator process watching the namespaces that match ``pattern`` (None: cluster-wide)."""
+    """One operator process watching the namespaces that match ``pattern`` (None: cluster-wide).
+
+    Without leader election unless ``leader_election`` names the Lease's namespace: then it competes for
+    the Lease there, with short durations (lease 4 s, renew deadline 3 s, retry 1 s) unless
+    ``extra_args`` sets them."""
 
     def __init__(self, seed_api: Any, tools: Any, workdir: Path, pattern: str | None, *,
                  configmap_namespace: str | None = None, extra_args: list[str] | None = None,
-                 env: dict[str, str] | None = None, name: str = "operator") -> None:
+                 env: dict[str, str] | None = None, name: str = "operator",
+                 leader_election: str | None = None) -> None:
         self.seed_api = seed_api
         self.workdir = workdir
         self.name = name
@@ -35,8 +40,15 @@ class Operator:
                      "--log-level", (env or {}).get("EXTENSION_TEST_LOG_LEVEL")
                      or os.environ.get("EXTENSION_TEST_LOG_LEVEL", "info"),
                      *(extra_args or [])]
-        if "--peering" not in (extra_args or []):
-            self.args.append("--standalone")
+        if leader_election is None:
+            self.args.append("--no-leader-election")
+        else:
+            self.args += ["--leader-election-namespace", leader_election]
+            for flag, seconds in (("--leader-election-lease-duration", "4"),
+                                  ("--leader-election-renew-deadline", "3"),
+                                  ("--leader-election-retry-period", "1")):
+                if flag not in (extra_args or []):
+                    self.args += [flag, seconds]
         self.env = dict(os.environ)
         self.env.pop("KUBECONFIG", None)
         if configmap_namespace:

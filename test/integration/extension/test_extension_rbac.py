@@ -1,5 +1,6 @@
 """The chart's least-privilege RBAC is enough: the operator runs with the chart's ServiceAccount
-token (cluster-wide, with peering, as deployed) and reconciles, reports health, heartbeats and deletes."""
+token (cluster-wide, with leader election on a Lease in the release namespace, as deployed) and takes
+the Lease, reconciles, reports health, heartbeats, deletes and releases the Lease on SIGTERM."""
 
 from __future__ import annotations
 
@@ -22,15 +23,16 @@ def test_operator_works_with_the_charts_rbac(seed_api, tools, tmp_path):
     ext_ns = seed_api.create_shoot_namespace("garden-rbac")
     rendered = subprocess.run(
         [tools.helm, "template", "gardener-extension-cri-resmgr", str(REPO / "charts/gardener-extension-cri-resmgr"),
-         "--namespace", ext_ns, "--set", "peering.name=cri-resmgr-rbac",
+         "--namespace", ext_ns,
          "--set-json", 'configs={"fallback":"policy:\\n  Active: none\\n"}'],
         capture_output=True, text=True, check=True).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] not in ("Deployment",)]
-    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
-    seed_api.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-                     input="\n---\n".join(yaml.safe_dump(d) for d in crds))
-    seed_api.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev")
-    seed_api.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs if d not in crds))
+    assert not [d for d in docs if d["kind"] == "CustomResourceDefinition"], "the seed chart installs no CRD"
+    seed_api.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs))
+    deployment = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment")
+    chart_args = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    lease_name = next(a.split("=", 1)[1] for a in chart_args if a.startswith("--leader-election-id="))
+    assert "--leader-election-namespace=$(POD_NAMESPACE)" in chart_args
 
     token = seed_api.kubectl("-n", ext_ns, "create", "token", "gardener-extension-cri-resmgr",
                              "--duration", "1h").stdout.strip()
@@ -41,12 +43,9 @@ def test_operator_works_with_the_charts_rbac(seed_api, tools, tmp_path):
         "users": [{"name": "sa", "user": {"token": token}}],
         "contexts": [{"name": "sa", "context": {"cluster": "seed", "user": "sa"}}]}))
 
-    class SAOperator(Operator):
-        pass
-
-    op = SAOperator(seed_api, tools, tmp_path / "op", None, configmap_namespace=ext_ns,
-                    extra_args=["--peering", "cri-resmgr-rbac", "--priority", "10",
-                                "--heartbeat-namespace", ext_ns])
+    op = Operator(seed_api, tools, tmp_path / "op", None, configmap_namespace=ext_ns,
+              extra_args=["--heartbeat-namespace", ext_ns, f"--leader-election-id={lease_name}"],
+              leader_election=ext_ns, env={"POD_NAME": "rbac-operator"})
     op.args[op.args.index("--kubeconfig") + 1] = str(kubeconfig)
     op.start()
     try:
@@ -70,6 +69,11 @@ def test_operator_works_with_the_charts_rbac(seed_api, tools, tmp_path):
                  "uninstall" in json.dumps(seed.rendered_objects(ns)), "uninstall rollout", operator=op)
         seed.set_mr_conditions(ns)
         wait_for(lambda: seed.extension(ns) is None, "delete with the chart's RBAC", operator=op)
+        identity = seed.coordination.read_namespaced_lease(lease_name, ext_ns).spec.holder_identity
+        assert identity and identity.startswith("rbac-operator_"), identity
+        op.stop()
+        assert op.process.popen.returncode == 0, op.log_tail()
+        assert not seed.coordination.read_namespaced_lease(lease_name, ext_ns).spec.holder_identity, "not released"
         forbidden = [ln for ln in op.log_lines() if "forbidden" in json.dumps(ln).lower()]
         assert not forbidden, forbidden[:3]
     finally:
