@@ -27,6 +27,7 @@ from extension.gardener.kube import Apis, is_not_found
 from extension.installation import INSTALL, UNINSTALL, Installation, InstallationValues
 from extension.monitoring import Monitoring
 from extension.provider_config import ProviderConfig, check_worker_pools, parse_provider_config
+from extension.webhook_certs import CARotation
 from installer import node_record
 
 log = logging.getLogger("extension.actuator")
@@ -155,7 +156,9 @@ class Actuator:
             log.info("shoot is hibernated, nothing deployed", extra={"namespace": ns})
             return "Shoot is hibernated; nothing deployed"
         installation = self.installation(ns, cluster, pc, split, INSTALL,
-                                         webhook_values=webhook.chart_values(self.apis, ns, pc.webhook_enabled))
+                                         webhook_values=webhook.chart_values(
+                                             self.apis, ns, pc.webhook_enabled,
+                                             CARotation(cluster.ca_rotation_phase, cluster.ca_rotation_started)))
         node_proof.ensure_shoot_access(self.apis, ns)  # the health check reads the nodes' records with it
         secret = installation.deploy()
         self.monitoring(ns).deploy()

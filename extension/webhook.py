@@ -18,12 +18,14 @@ SERVICE_NAME = "cri-resmgr-webhook"
 DISABLED: dict[str, Any] = {"enabled": False}
 
 
-def chart_values(apis: Apis, namespace: str, enabled: bool) -> dict[str, Any]:
-    """The chart's ``webhook`` values; creates, renews or deletes the certificates as a side effect."""
+def chart_values(apis: Apis, namespace: str, enabled: bool,
+                 rotation: webhook_certs.CARotation = webhook_certs.NO_ROTATION) -> dict[str, Any]:
+    """The chart's ``webhook`` values; creates, renews (also with the shoot's CA ``rotation``) or deletes the
+    certificates as a side effect."""
     if not enabled:
         webhook_certs.delete_secret(apis, namespace)
         return dict(DISABLED)
-    return values_from_certs(webhook_certs.reconcile_secret(apis, namespace, service_dns_names()))
+    return values_from_certs(webhook_certs.reconcile_secret(apis, namespace, service_dns_names(), rotation=rotation))
 
 
 def service_dns_names() -> list[str]:

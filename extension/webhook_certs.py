@@ -5,6 +5,11 @@ Each reconcile reads the Secret and renews only what needs it: the serving certi
 expires within 30 days, names other names or is not signed by the CA; the CA when it expires
 within 180 days. A renewed CA stays in the caBundle next to the new one until it expires, so the
 API server trusts the webhook pods that still serve the old certificate while they roll.
+
+The CA also follows the shoot's CA rotation, as Gardener's extensions secrets manager does it (gardener
+v1.149.3 extensions/pkg/util/secret/manager/manager.go): a new CA when the rotation's lastInitiationTime
+differs from the one the CA was made for (phase Preparing), the old one kept in the bundle, and the old
+one dropped while the phase is Completing (IgnoreOldSecrets).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cryptography import x509
@@ -33,7 +38,19 @@ SERVING_VALIDITY = dt.timedelta(days=365)
 SERVING_RENEW_BEFORE = dt.timedelta(days=30)
 # Certificates start an hour early: clocks of the seed and the shoot may differ a little.
 BACKDATE = dt.timedelta(hours=1)
-_KEYS = ("ca.crt", "ca.key", "tls.crt", "tls.key", "previous-ca.crt")
+_KEYS = ("ca.crt", "ca.key", "tls.crt", "tls.key", "previous-ca.crt", "last-rotation-initiation-time")
+# The phases of a shoot's CA rotation (gardener pkg/apis/core/v1beta1 CredentialsRotationPhase).
+PREPARING, COMPLETING = "Preparing", "Completing"
+
+
+@dataclass(frozen=True)
+class CARotation:
+    """The shoot's CA rotation (status.credentials.rotation.certificateAuthorities)."""
+    phase: str = ""
+    last_initiation_time: str = ""
+
+
+NO_ROTATION = CARotation()
 
 
 @dataclass(frozen=True)
@@ -44,19 +61,22 @@ class WebhookCerts:
     key: bytes
     # The CA before the last CA renewal, while it is valid (trusted during the roll).
     previous_ca: bytes = b""
+    # The lastInitiationTime of the shoot CA rotation this CA was made for ("" if none).
+    rotation_initiation: str = ""
 
     @property
     def ca_bundle(self) -> bytes:
         return self.ca_cert + self.previous_ca
 
     def secret_data(self) -> dict[str, str]:
-        values = (self.ca_cert, self.ca_key, self.cert, self.key, self.previous_ca)
+        values = (self.ca_cert, self.ca_key, self.cert, self.key, self.previous_ca, self.rotation_initiation.encode())
         return {k: base64.b64encode(v).decode() for k, v in zip(_KEYS, values, strict=True) if v}
 
     @classmethod
     def from_secret_data(cls, data: dict[str, str]) -> WebhookCerts:
         raw = {k: base64.b64decode(data.get(k) or "") for k in _KEYS}
-        return cls(raw["ca.crt"], raw["ca.key"], raw["tls.crt"], raw["tls.key"], raw["previous-ca.crt"])
+        return cls(raw["ca.crt"], raw["ca.key"], raw["tls.crt"], raw["tls.key"], raw["previous-ca.crt"],
+                   raw["last-rotation-initiation-time"].decode())
 
 
 def service_dns_names(service: str, namespace: str) -> list[str]:
@@ -123,34 +143,54 @@ def _serving_fits(certs: WebhookCerts, dns_names: list[str], now: dt.datetime) -
     return None
 
 
-def ensure_certs(current: WebhookCerts | None, dns_names: list[str],
-                 now: dt.datetime | None = None) -> tuple[WebhookCerts, str | None]:
+def _rotation_step(current: WebhookCerts, rotation: CARotation) -> tuple[WebhookCerts | None, str | None]:
+    """What the shoot's CA rotation asks of ``current``: (certificates to keep instead, why) or (None, why a new CA
+    is due) or (None, None) for nothing."""
+    started = rotation.last_initiation_time
+    if started and started != current.rotation_initiation:
+        # A CA from before this code knew of rotations is adopted, not replaced, unless a rotation is starting now.
+        if current.rotation_initiation or rotation.phase == PREPARING:
+            return None, f"CA rotated with the shoot's CA rotation (started {started})"
+        return replace(current, rotation_initiation=started), "CA adopted for the shoot's CA rotation state"
+    if rotation.phase == COMPLETING and current.previous_ca:
+        return replace(current, previous_ca=b""), "old CA dropped: the shoot's CA rotation is completing"
+    return None, None
+
+
+def ensure_certs(current: WebhookCerts | None, dns_names: list[str], now: dt.datetime | None = None,
+                 rotation: CARotation = NO_ROTATION) -> tuple[WebhookCerts, str | None]:
     """The certificates to use and why they changed (None: ``current`` is kept as it is)."""
     now = now or dt.datetime.now(dt.UTC)
     reason: str | None = None
     if current is not None:
         try:
-            if _expires_within(current.ca_cert, CA_RENEW_BEFORE, now):
+            changes = []
+            kept, reason = _rotation_step(current, rotation)
+            if kept is not None:  # the same CA, with what the rotation changed about it
+                changes.append(reason)
+                current, reason = kept, None
+            if reason is None and _expires_within(current.ca_cert, CA_RENEW_BEFORE, now):
                 reason = "CA renewed before expiry"
-            else:
-                reason = _serving_fits(current, dns_names, now)
-                if reason is None and current.previous_ca and _expires_within(current.previous_ca, dt.timedelta(), now):
-                    return WebhookCerts(current.ca_cert, current.ca_key, current.cert, current.key), \
-                        "expired previous CA dropped"
-                if reason is None:
-                    return current, None
-                cert, key = new_serving_cert(current.ca_cert, current.ca_key, dns_names, now)
-                return WebhookCerts(current.ca_cert, current.ca_key, cert, key, current.previous_ca), \
-                    f"serving certificate renewed: {reason}"
+            if reason is None:
+                unfit = _serving_fits(current, dns_names, now)
+                if unfit is not None:
+                    cert, key = new_serving_cert(current.ca_cert, current.ca_key, dns_names, now)
+                    current = replace(current, cert=cert, key=key)
+                    changes.append(f"serving certificate renewed: {unfit}")
+                elif current.previous_ca and _expires_within(current.previous_ca, dt.timedelta(), now):
+                    current = replace(current, previous_ca=b"")
+                    changes.append("expired previous CA dropped")
+                return current, "; ".join(changes) or None
         except (ValueError, TypeError, x509.ExtensionNotFound) as err:
             current, reason = None, f"stored certificates unreadable ({err})"
     ca_cert, ca_key = new_ca(now)
     cert, key = new_serving_cert(ca_cert, ca_key, dns_names, now)
     previous = current.ca_cert if current is not None else b""
-    return WebhookCerts(ca_cert, ca_key, cert, key, previous), reason or "created"
+    return WebhookCerts(ca_cert, ca_key, cert, key, previous, rotation.last_initiation_time), reason or "created"
 
 
-def reconcile_secret(apis: Apis, namespace: str, dns_names: list[str], now: dt.datetime | None = None) -> WebhookCerts:
+def reconcile_secret(apis: Apis, namespace: str, dns_names: list[str], now: dt.datetime | None = None,
+                     rotation: CARotation = NO_ROTATION) -> WebhookCerts:
     """The certificates from the seed Secret in the shoot namespace, created or renewed there when needed."""
     try:
         secret = apis.core.read_namespaced_secret(SECRET_NAME, namespace)
@@ -159,7 +199,7 @@ def reconcile_secret(apis: Apis, namespace: str, dns_names: list[str], now: dt.d
             raise
         secret = None
     current = WebhookCerts.from_secret_data(secret.data or {}) if secret is not None else None
-    certs, reason = ensure_certs(current, dns_names, now)
+    certs, reason = ensure_certs(current, dns_names, now, rotation)
     if reason is None:
         return certs
     body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",

@@ -25,6 +25,9 @@ class ClusterInfo:
     # proxy reach the nodes from there (the VPN's shoot side), so the relay's /metrics must admit it.
     pods_cidr: str = ""
     cluster_missing: bool = False
+    # The shoot's CA rotation (status.credentials.rotation.certificateAuthorities): the webhook's CA follows it.
+    ca_rotation_phase: str = ""
+    ca_rotation_started: str = ""
     # Digest of what a reconcile depends on; --ignore-operation-annotation reacts to its changes.
     digest: str = ""
 
@@ -39,9 +42,16 @@ def go_parse_bool(value: str | None) -> bool:
     return value in _GO_TRUE
 
 
+def _ca_rotation(shoot: dict[str, Any]) -> dict[str, Any]:
+    credentials = (shoot.get("status") or {}).get("credentials") or {}
+    return ((credentials.get("rotation") or {}).get("certificateAuthorities")) or {}
+
+
 def cluster_digest(cluster: dict[str, Any]) -> str:
     shoot = (cluster.get("spec") or {}).get("shoot") or {}
+    rotation = _ca_rotation(shoot)
     relevant = {
+        "ca_rotation": [rotation.get("phase"), rotation.get("lastInitiationTime")],
         "shoot_spec": shoot.get("spec"),
         "shoot_annotations": (shoot.get("metadata") or {}).get("annotations"),
         "shoot_deleting": bool((shoot.get("metadata") or {}).get("deletionTimestamp")),
@@ -70,6 +80,8 @@ def cluster_info_from(cluster: dict[str, Any]) -> ClusterInfo:
         force_deletion=go_parse_bool(annotations.get(c.FORCE_DELETION_ANNOTATION)),
         shoot_name=meta.get("name", ""),
         pods_cidr=str((spec.get("networking") or {}).get("pods") or ""),
+        ca_rotation_phase=str(_ca_rotation(shoot).get("phase") or ""),
+        ca_rotation_started=str(_ca_rotation(shoot).get("lastInitiationTime") or ""),
         digest=cluster_digest(cluster),
     )
 

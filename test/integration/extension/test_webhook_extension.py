@@ -4,6 +4,7 @@ a real kube-apiserver), the certificates kept in a seed Secret across reconciles
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import json
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from integration.extension.extension_operator_process import SeedClient
 
 from extension import webhook, webhook_certs
@@ -133,6 +135,23 @@ def test_enable_keeps_certificates_across_reconciles_and_disable_removes_everyth
     webhook_certs.reconcile_secret(apis, ns, webhook.service_dns_names(), later)
     renewed = stored()
     assert renewed["ca.crt"] == first["ca.crt"] and renewed["tls.crt"] != first["tls.crt"]
+
+    # The shoot's CA rotation: a new CA while Preparing (both trusted by the API server), the old one gone once
+    # Completing, all in what gardener-resource-manager applies to the shoot.
+    def rendered_bundle() -> list[x509.Certificate]:
+        mwc = shoot_webhook_objects()[("MutatingWebhookConfiguration", "cri-resmgr-webhook")]
+        return x509.load_pem_x509_certificates(base64.b64decode(mwc["webhooks"][0]["clientConfig"]["caBundle"]))
+
+    started = "2026-03-01T10:00:00Z"
+    actuator.reconcile(enabled, dataclasses.replace(cluster(name=ns), ca_rotation_phase="Preparing",
+                                                    ca_rotation_started=started))
+    preparing = stored()
+    assert preparing["ca.crt"] != renewed["ca.crt"] and preparing["previous-ca.crt"] == renewed["ca.crt"]
+    assert len(rendered_bundle()) == 2
+    actuator.reconcile(enabled, dataclasses.replace(cluster(name=ns), ca_rotation_phase="Completing",
+                                                    ca_rotation_started=started))
+    [ca] = rendered_bundle()
+    assert ca.public_bytes(serialization.Encoding.PEM) == base64.b64decode(preparing["ca.crt"])
 
     actuator.reconcile({**enabled, "spec": {}}, cluster(name=ns))
     assert stored() is None

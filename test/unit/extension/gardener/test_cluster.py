@@ -33,3 +33,19 @@ def test_force_deletion_is_read_as_gos_parse_bool():
     assert [v for v in GO_TRUE if not force(v)] == []
     assert [v for v in GO_NOT_TRUE if force(v)] == []
     assert force(None) is False
+
+
+def test_the_shoots_ca_rotation_is_read_and_changes_the_digest():
+    from fixtures.seed_api import default_shoot
+
+    from extension.gardener.cluster import cluster_info_from
+
+    shoot = default_shoot("ns")
+    plain = cluster_info_from({"metadata": {"name": "ns"}, "spec": {"shoot": shoot}})
+    assert (plain.ca_rotation_phase, plain.ca_rotation_started) == ("", "")
+    shoot["status"] = {**(shoot.get("status") or {}), "credentials": {"rotation": {"certificateAuthorities": {
+        "phase": "Preparing", "lastInitiationTime": "2026-03-01T10:00:00Z"}}}}
+    rotating = cluster_info_from({"metadata": {"name": "ns"}, "spec": {"shoot": shoot}})
+    assert (rotating.ca_rotation_phase, rotating.ca_rotation_started) == ("Preparing", "2026-03-01T10:00:00Z")
+    # --ignore-operation-annotation reconciles on digest changes: each phase of a rotation must be one.
+    assert rotating.digest != plain.digest
