@@ -145,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="watch only these namespaces (repeatable; default: all namespaces)")
     p.add_argument("--liveness-endpoint", default=None, metavar="URL",
                    help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--metrics-bind-address", default="", metavar="HOST:PORT",
+                   help="serve this controller's own Prometheus metrics (operations, durations, health checks, "
+                        "leadership) at http://HOST:PORT/metrics; empty (default): off. The chart serves them on "
+                        "0.0.0.0:8081 with the annotations Gardener's seed Prometheus scrapes by")
     p.add_argument("--metrics-port", type=int, default=8891,
                    help="port of cri-resmgr's metrics on the nodes (default: 8891)")
     p.add_argument("--metrics-allow-pod-network", action="store_true",

@@ -19,6 +19,7 @@ from extension.actuator import Actuator, ActuatorSettings
 from extension.gardener.kube import Apis, load_api_client
 from extension.handlers import build_registry, kopf_settings
 from extension.leader_election import ElectionSettings, LeaderElector, Outcome
+from extension.metrics import ExtensionMetrics
 from extension.reconciler import OperatorSettings, Reconciler
 
 
@@ -44,7 +45,15 @@ def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Pa
         heartbeat_interval=args.heartbeat_interval,
         heartbeat_namespace=args.heartbeat_namespace,
         retry_delay_min=args.retry_delay_min, retry_delay_max=args.retry_delay_max)
-    registry = build_registry(Reconciler(apis, actuator, settings))
+    metrics = ExtensionMetrics()
+    if args.metrics_bind_address:
+        try:
+            metrics.serve(args.metrics_bind_address)
+        except (OSError, ValueError) as err:
+            sys.stderr.write(f"gardener-extension-cri-resmgr: cannot serve metrics on "
+                             f"{args.metrics_bind_address}: {err}\n")
+            return 2
+    registry = build_registry(Reconciler(apis, actuator, settings, metrics))
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: object) -> kopf.ConnectionInfo | None:
@@ -65,10 +74,14 @@ def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Pa
 
     async def run_kopf(stop_flag: asyncio.Event) -> None:
         # standalone: no kopf peering; leader election (or a single replica) makes this the only worker.
-        await kopf.operator(
-            registry=registry, settings=kopf_settings(settings), standalone=True,
-            clusterwide=not args.namespace, namespaces=args.namespace,
-            liveness_endpoint=args.liveness_endpoint, stop_flag=stop_flag)
+        metrics.leader.set(1)
+        try:
+            await kopf.operator(
+                registry=registry, settings=kopf_settings(settings), standalone=True,
+                clusterwide=not args.namespace, namespaces=args.namespace,
+                liveness_endpoint=args.liveness_endpoint, stop_flag=stop_flag)
+        finally:
+            metrics.leader.set(0)
 
     async def main() -> Outcome | None:
         loop = asyncio.get_running_loop()

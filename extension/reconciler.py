@@ -22,6 +22,7 @@ from extension.errors import ConfigurationError, RetryLater, WaitingError
 from extension.gardener import health, status, triggers
 from extension.gardener.cluster import ClusterInfo, ClusterNotFound, cluster_digest, missing_cluster, read_cluster
 from extension.gardener.kube import Apis, is_not_found
+from extension.metrics import WAITING, ExtensionMetrics
 from extension.provider_config import check_worker_pools
 
 log = logging.getLogger("extension.handlers")  # the name operators' log queries already use
@@ -49,10 +50,12 @@ def backoff(retry: int, settings: OperatorSettings) -> float:
 class Reconciler:
     """The operations behind the kopf handlers: change, delete, health check, Cluster change."""
 
-    def __init__(self, apis: Apis, actuator: Actuator, settings: OperatorSettings) -> None:
+    def __init__(self, apis: Apis, actuator: Actuator, settings: OperatorSettings,
+                 metrics: ExtensionMetrics | None = None) -> None:
         self.apis = apis
         self.actuator = actuator
         self.settings = settings
+        self.metrics = metrics or ExtensionMetrics()
         self.base_configs = base_configs.BaseConfigsDigest(
             apis, actuator.settings.configmap_namespace, max_age=settings.base_configs_interval / 2)
         # Extensions an operation of this process is working on (the periodic checks leave them alone).
@@ -110,9 +113,9 @@ class Reconciler:
         op_type = status.compute_operation_type(ex)
         if op_type == status.MIGRATE:
             return self._migrate(ex, retry)
-        if status.operation_annotation(ex) == c.OPERATION_RESTORE:
-            return self._run(ex, cluster, op_type, retry, restore=True)
-        return self._run(ex, cluster, op_type, retry, restore=False)
+        restore = status.operation_annotation(ex) == c.OPERATION_RESTORE
+        with self.metrics.operation(status.RESTORE if restore else status.RECONCILE):
+            return self._run(ex, cluster, op_type, retry, restore=restore)
 
     def _run(self, ex: dict[str, Any], cluster: ClusterInfo, op_type: str, retry: int, *, restore: bool) -> str:
         ns, name = ex["metadata"]["namespace"], ex["metadata"]["name"]
@@ -163,6 +166,10 @@ class Reconciler:
         return warnings
 
     def _migrate(self, ex: dict[str, Any], retry: int) -> str:
+        with self.metrics.operation(status.MIGRATE) as outcome:
+            return self._migrate_attempt(ex, retry, outcome)
+
+    def _migrate_attempt(self, ex: dict[str, Any], retry: int, outcome: dict[str, str]) -> str:
         ns, name = ex["metadata"]["namespace"], ex["metadata"]["name"]
         generation = ex["metadata"].get("generation")
         status.patch_status(self.apis, ns, name,
@@ -170,6 +177,7 @@ class Reconciler:
         try:
             detail = self.actuator.migrate(ex)
         except WaitingError as err:
+            outcome["result"] = WAITING
             raise RetryLater(str(err), delay=err.delay) from None
         except Exception as err:
             raise self._fail(ns, name, status.MIGRATE, "Error migrating Extension resource", err, generation,
@@ -232,7 +240,6 @@ class Reconciler:
         ex = self._fresh(namespace, name)
         if ex is None or not triggers.holds_finalizer(ex):
             return None
-        generation = ex["metadata"].get("generation")
         try:
             cluster = read_cluster(self.apis, namespace)
         except ClusterNotFound:
@@ -240,6 +247,13 @@ class Reconciler:
         if cluster.shoot_failed:
             raise RetryLater("Shoot has failed; Extension deletion waits for it",
                                       delay=self.settings.retry_delay_max)
+        with self.metrics.operation(status.DELETE) as outcome:
+            return self._delete_attempt(ex, cluster, runtime_seconds, retry, outcome)
+
+    def _delete_attempt(self, ex: dict[str, Any], cluster: ClusterInfo, runtime_seconds: float, retry: int,
+                        outcome: dict[str, str]) -> str:
+        namespace, name = ex["metadata"]["namespace"], ex["metadata"]["name"]
+        generation = ex["metadata"].get("generation")
         if retry == 0 or status.last_operation_of(ex).get("type") != status.DELETE:
             # Later attempts keep the waiting message instead of flapping back to this one.
             status.patch_status(self.apis, namespace, name,
@@ -247,6 +261,7 @@ class Reconciler:
         try:
             detail = self.actuator.delete(ex, cluster, runtime_seconds)
         except WaitingError as err:
+            outcome["result"] = WAITING
             status.patch_status(self.apis, namespace, name, status.processing_status(status.DELETE, str(err)))
             log.info(str(err), extra={"namespace": namespace, "extension": name})
             raise RetryLater(str(err), delay=err.delay) from None
@@ -276,5 +291,7 @@ class Reconciler:
             cluster, error = None, f"cannot read Cluster: {err}"
         if cluster is not None and cluster.shoot_failed:
             return None  # Gardener leaves Extensions of failed shoots alone, health included
-        return health.check_and_report(self.apis, body, cluster, error,
-                                       node_check=lambda mr: node_proof.health(self.actuator.shoot, ns, mr))
+        condition = health.check_and_report(self.apis, body, cluster, error,
+                                            node_check=lambda mr: node_proof.health(self.actuator.shoot, ns, mr))
+        self.metrics.health_checked(str(condition.get("status")))
+        return condition

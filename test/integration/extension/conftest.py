@@ -33,12 +33,14 @@ def base_configs_namespace(seed_api, seed: SeedClient) -> str:
 def operator(seed_api, tools, seed: SeedClient, base_configs_namespace: str, tmp_path_factory, request):
     """An operator watching the namespaces of this module (prefix derived from the module name)."""
     prefix = "t" + request.module.__name__.rsplit(".", 1)[-1].replace("_", "")[-10:]
-    liveness_port = free_port()
+    liveness_port, metrics_port = free_port(), free_port()
     op = Operator(seed_api, tools, tmp_path_factory.mktemp("operator"), f"{prefix}-*",
                   configmap_namespace=base_configs_namespace,
                   extra_args=["--heartbeat-namespace", base_configs_namespace,
-                              "--liveness-endpoint", f"http://127.0.0.1:{liveness_port}/healthz"])
+                              "--liveness-endpoint", f"http://127.0.0.1:{liveness_port}/healthz",
+                              "--metrics-bind-address", f"127.0.0.1:{metrics_port}"])
     op.liveness_url = f"http://127.0.0.1:{liveness_port}/healthz"  # type: ignore[attr-defined]
+    op.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"  # type: ignore[attr-defined]
     op.prefix = prefix  # type: ignore[attr-defined]
     op.start()
     yield op

@@ -142,6 +142,15 @@ def test_extension_chart_renders_and_the_api_accepts_it(tools, seed_api):
     pdb = by[("PodDisruptionBudget", "gardener-extension-cri-resmgr")]
     assert pdb["spec"]["selector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    # The seed Prometheus scrapes extension pods by annotation; the Service lets it past the deny-all policies.
+    annotations = deploy["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert f"--metrics-bind-address=0.0.0.0:{annotations['prometheus.io/port']}" in container["command"]
+    service = by[("Service", "gardener-extension-cri-resmgr-metrics")]
+    assert json.loads(service["metadata"]["annotations"][
+        "networking.resources.gardener.cloud/from-all-seed-scrape-targets-allowed-ports"]) == [
+        {"port": int(annotations["prometheus.io/port"]), "protocol": "TCP"}]
+    assert service["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
     vpa = by[("VerticalPodAutoscaler", "gardener-extension-cri-resmgr-vpa")]
     assert vpa["spec"]["resourcePolicy"]["containerPolicies"][0]["controlledValues"] == "RequestsOnly"
     assert not [d for d in docs if d["kind"] == "CustomResourceDefinition"]  # nothing seed-global (no kopf peering)
