@@ -130,12 +130,16 @@ def spliced():
         threading.Thread(target=connection.run, daemon=True).start()
         upstream = Upstream(upstream_sock)
         upstream.start()
-        made.append((client_sock, upstream_sock, connection))
+        made.append((client_sock, upstream_sock, upstream, connection))
         return Client(client_sock), upstream, metrics, connection
     made = []
     yield make
-    for client_sock, upstream_sock, connection in made:
+    for client_sock, upstream_sock, upstream, connection in made:
         client_sock.close()
+        # The upstream thread may be in recv(): end its stream and let it finish before the socket goes,
+        # or its recv() on a closed descriptor fails in the thread (EBADF, a pytest warning).
+        upstream_sock.shutdown(socket.SHUT_RDWR)
+        upstream.join(5)
         upstream_sock.close()
         connection.closed.wait(5)
 
