@@ -2,8 +2,11 @@
 # Writes examples/ctrldeploy-ctrlreg.yaml: a core.gardener.cloud/v1 ControllerDeployment carrying
 # the packaged charts/gardener-extension-cri-resmgr as `helm.rawChart`, plus a ControllerRegistration
 # for Kind Extension, type cri-resmgr-extension. The same inputs give the same bytes.
+# With -r, the chart is pushed to the OCI repository instead and the ControllerDeployment names it by
+# digest (`helm.ociRepository`), for seeds that pull charts from a registry.
 #
 # Usage: hacks/generate-controller-registration.sh [-o OUTPUT] [-i IMAGE_REPOSITORY] [-t IMAGE_TAG]
+#          [-r OCI_REPOSITORY [-P]]     (-r e.g. registry.example.com/charts; -P: plain HTTP, a local registry)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -12,13 +15,17 @@ IMAGE_REPOSITORY="gardener-extension-cri-resmgr"
 IMAGE_TAG="latest"
 NAME="cri-resmgr-extension"
 TYPE="cri-resmgr-extension"
+OCI_REPOSITORY=""
+PLAIN_HTTP=""
 
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
-while getopts "o:i:t:h" opt; do
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
+while getopts "o:i:t:r:Ph" opt; do
   case "$opt" in
     o) OUT="$OPTARG" ;;
     i) IMAGE_REPOSITORY="$OPTARG" ;;
     t) IMAGE_TAG="$OPTARG" ;;
+    r) OCI_REPOSITORY="${OPTARG#oci://}" ;;
+    P) PLAIN_HTTP="--plain-http" ;;
     h) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
   esac
@@ -37,7 +44,18 @@ trap 'rm -rf "$tmp"' EXIT
 "$HELM" package "$ROOT/charts/gardener-extension-cri-resmgr" --destination "$tmp" >/dev/null
 # helm stamps the packaging time into the archive: a changed rawChart would re-roll every seed.
 "${PYTHON:-python3}" "$ROOT/hacks/normalize_chart_archive.py" "$tmp"/gardener-extension-cri-resmgr-*.tgz "$tmp/chart.tgz"
-chart_b64="$(base64 -w0 "$tmp/chart.tgz")"
+if [ -n "$OCI_REPOSITORY" ]; then
+  # helm names the artifact after the chart: <repository>/gardener-extension-cri-resmgr:<version>.
+  pushed="$("$HELM" push "$tmp/chart.tgz" "oci://$OCI_REPOSITORY" $PLAIN_HTTP 2>&1)" \
+    || { echo "generate-controller-registration: helm push to oci://$OCI_REPOSITORY failed: $pushed" >&2; exit 1; }
+  digest="$(sed -n 's/^Digest: //p' <<<"$pushed")"
+  [ -n "$digest" ] || { echo "generate-controller-registration: no digest in helm's answer: $pushed" >&2; exit 1; }
+  chart_source="ociRepository:
+    repository: ${OCI_REPOSITORY}/gardener-extension-cri-resmgr
+    digest: ${digest}"
+else
+  chart_source="rawChart: $(base64 -w0 "$tmp/chart.tgz")"
+fi
 
 # Chart values (indented under `values:`).
 values="$(sed 's/^/    /' <<VALUES
@@ -64,7 +82,7 @@ kind: ControllerDeployment
 metadata:
   name: ${NAME}
 helm:
-  rawChart: ${chart_b64}
+  ${chart_source}
   values:
 ${values}
 ---

@@ -8,10 +8,13 @@ import json
 import os
 import subprocess
 import tarfile
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+from fixtures.hacks import load_hack
+from fixtures.procs import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -114,3 +117,38 @@ def test_trigger_reconcile_on_the_seed(tools, seed_api):
     run("trigger-reconcile.sh", "--seed", ns, env={"KUBECONFIG": seed_api.kubeconfig, "KUBECTL": tools.kubectl})
     got = json.loads(seed_api.kubectl("-n", ns, "get", "extension", "cri-resmgr", "-o", "json").stdout)
     assert got["metadata"]["annotations"]["gardener.cloud/operation"] == "reconcile"
+
+
+def test_generate_controller_registration_with_the_chart_in_an_oci_registry(tools, tmp_path):
+    """-r pushes the chart and names it by digest (helm.ociRepository); what a seed pulls by that digest is the
+    chart the rawChart form carries, byte for byte."""
+    registry = load_hack("registry")
+    address = f"127.0.0.1:{free_port()}"
+    registry.start(tmp_path / "registry", address)
+    try:
+        oci_out, raw_out = tmp_path / "oci.yaml", tmp_path / "raw.yaml"
+        run("generate-controller-registration.sh", "-o", str(oci_out), "-r", f"oci://{address}/charts", "-P",
+            env={"HELM": tools.helm})
+        run("generate-controller-registration.sh", "-o", str(raw_out), env={"HELM": tools.helm})
+        oci_docs = [d for d in yaml.safe_load_all(oci_out.read_text()) if d]
+        raw_docs = [d for d in yaml.safe_load_all(raw_out.read_text()) if d]
+        assert oci_docs[1] == raw_docs[1]  # the same registration
+        helm_section = oci_docs[0]["helm"]
+        assert "rawChart" not in helm_section and helm_section["values"] == raw_docs[0]["helm"]["values"]
+        oci = helm_section["ociRepository"]
+        repository = f"{address}/charts/gardener-extension-cri-resmgr"
+        assert oci["repository"] == repository and oci["digest"].startswith("sha256:")
+        path = repository.split("/", 1)[1]
+        manifest = json.loads(urllib.request.urlopen(urllib.request.Request(
+            f"http://{address}/v2/{path}/manifests/{oci['digest']}",
+            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}), timeout=10).read())
+        chart_type = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+        [layer] = [x for x in manifest["layers"] if x["mediaType"] == chart_type]
+        pulled = urllib.request.urlopen(f"http://{address}/v2/{path}/blobs/{layer['digest']}", timeout=10).read()
+        assert pulled == base64.b64decode(raw_docs[0]["helm"]["rawChart"])
+    finally:
+        assert registry.stop(tmp_path / "registry")
+    # A registry that is not there: a clear error, no file written.
+    r = run("generate-controller-registration.sh", "-o", str(tmp_path / "none.yaml"), "-r",
+            f"127.0.0.1:{free_port()}/charts", "-P", env={"HELM": tools.helm}, check=False)
+    assert r.returncode != 0 and "helm push" in r.stderr and not (tmp_path / "none.yaml").exists()

@@ -7,7 +7,6 @@ failed lookup or an unreachable network, never as traffic to an upstream registr
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import secrets
 import subprocess
@@ -19,6 +18,7 @@ from types import ModuleType
 
 import pytest
 from fixtures.containerd import Containerd
+from fixtures.hacks import load_hack
 from fixtures.landscape.netns import NetNS
 from fixtures.procs import free_port
 from fixtures.tools import Tools
@@ -27,15 +27,6 @@ REPO = Path(__file__).resolve().parents[3]
 # This machine's own network namespace, held open from import time (before any test enters its own):
 # builds that need PyPI run there.
 HOST_NET_FD = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-
-
-def load_hack(name: str) -> ModuleType:
-    """A hacks/ script as a module (hacks/ is not a package; its scripts import each other by name)."""
-    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), REPO / "hacks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module", autouse=True)

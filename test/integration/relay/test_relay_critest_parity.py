@@ -8,21 +8,19 @@ upstream name to it (certs.d hosts.toml), so the specs run instead of failing on
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import re
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from fixtures.containerd import Containerd
+from fixtures.hacks import load_hack
 from fixtures.landscape.netns import NetNS
 from fixtures.procs import free_port
 from fixtures.tools import Tools
@@ -30,14 +28,6 @@ from integration.relay.relay_process import RelayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 REPO = Path(__file__).resolve().parents[3]
-
-
-def load_hack(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "hacks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 @contextlib.contextmanager
