@@ -69,6 +69,7 @@ def cluster_info_from(cluster: dict[str, Any]) -> ClusterInfo:
     last_op = status.get("lastOperation") or {}
     workers = ((spec.get("provider") or {}).get("workers")) or []
     annotations = meta.get("annotations") or {}
+    rotation = _ca_rotation(shoot)
     return ClusterInfo(
         name=(cluster.get("metadata") or {}).get("name", ""),
         kubernetes_version=str((spec.get("kubernetes") or {}).get("version") or ""),
@@ -80,8 +81,8 @@ def cluster_info_from(cluster: dict[str, Any]) -> ClusterInfo:
         force_deletion=go_parse_bool(annotations.get(c.FORCE_DELETION_ANNOTATION)),
         shoot_name=meta.get("name", ""),
         pods_cidr=str((spec.get("networking") or {}).get("pods") or ""),
-        ca_rotation_phase=str(_ca_rotation(shoot).get("phase") or ""),
-        ca_rotation_started=str(_ca_rotation(shoot).get("lastInitiationTime") or ""),
+        ca_rotation_phase=str(rotation.get("phase") or ""),
+        ca_rotation_started=str(rotation.get("lastInitiationTime") or ""),
         digest=cluster_digest(cluster),
     )
 
