@@ -15,18 +15,20 @@ The shoot is read the standard Gardener way: the Secret ``shoot-access-extension
 (gardener-resource-manager's token-requestor fills in a token of the shoot ServiceAccount
 kube-system/extension-cri-resmgr) combined with the generic token kubeconfig that gardenlet
 writes into the shoot namespace and names in the Cluster's annotation. gardenlet writes that kubeconfig
-for pods in the shoot namespace, with the server ``https://kube-apiserver``; this pod runs in
-``extension-<name>``, so the server is rewritten to ``kube-apiserver.<shoot namespace>.svc`` (``in_cluster_server``).
+for pods in the shoot namespace, with the server ``https://api.<shoot internal domain>`` (Istio TLS
+termination, the default) or ``https://kube-apiserver``; this pod runs in ``extension-<name>``, where
+neither is reachable, so it uses ``https://kube-apiserver.<shoot namespace>.svc`` (``in_cluster_server``).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import json
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import urllib3
 import yaml
@@ -48,11 +50,13 @@ SA_NAME_ANNOTATION = "serviceaccount.resources.gardener.cloud/name"
 SA_NAMESPACE_ANNOTATION = "serviceaccount.resources.gardener.cloud/namespace"
 GENERIC_KUBECONFIG_ANNOTATION = "generic-token-kubeconfig.secret.gardener.cloud/name"
 GENERIC_KUBECONFIG_DEFAULT = "generic-token-kubeconfig"
-# The shoot API server's in-cluster name for callers in the shoot namespace (gardener v1.149.3
-# pkg/gardenlet/operation/shoot/shoot.go ComputeInClusterAPIServerAddress(true), the Service/Deployment
-# name v1beta1constants.DeploymentNameKubeAPIServer); gardenlet writes it into the generic token kubeconfig
-# (pkg/gardenlet/operation/botanist/secrets.go generateGenericTokenKubeconfig).
-KUBE_APISERVER_SHORT_NAME = "kube-apiserver"
+# The shoot's kube-apiserver Service in its control plane namespace (gardener v1.149.3
+# pkg/component/kubernetes/apiserverexposure/service.go: name v1beta1constants.DeploymentNameKubeAPIServer,
+# port kubeapiserverconstants.Port = 443).
+KUBE_APISERVER_SERVICE = "kube-apiserver"
+# A self-hosted shoot that runs its own control plane reaches its API server as kubernetes.default.svc
+# (pkg/gardenlet/operation/shoot/shoot.go ComputeInClusterAPIServerAddress, RunsControlPlane).
+SELF_HOSTED_SERVER = "kubernetes.default.svc"
 # The chart's baseNodeSelector: the installer runs only where containerd runs.
 BASE_NODE_SELECTOR = {"worker.gardener.cloud/cri-name": "containerd"}
 # Annotations on the ManagedResource: what the records must say for the health check.
@@ -185,23 +189,49 @@ def _secret_data(apis: Apis, namespace: str, name: str) -> dict[str, bytes] | No
 
 
 def in_cluster_server(server: str, namespace: str) -> str:
-    """The shoot API server's address as seen from outside the shoot namespace.
+    """The shoot API server's address as seen from this pod (outside the shoot namespace, without Istio).
 
-    ``https://kube-apiserver`` resolves only inside the shoot namespace. Gardener's extensions library
-    reaches the shoot through the ``gardener-internal`` kubeconfig (v1.149.3
-    extensions/pkg/util/shoot_clients.go NewClientForShoot), whose server gardenlet sets to
-    ComputeInClusterAPIServerAddress(false) = ``kube-apiserver.<namespace>.svc`` with ``https://`` prepended
-    (pkg/gardenlet/operation/botanist/gardeneraccess.go, pkg/component/gardener/access/access.go,
-    pkg/utils/kubernetes/kubernetes.go NewKubeconfig); the API server's certificate names it
-    (pkg/component/kubernetes/apiserver/secrets.go, DNSNamesForService). Any other server (an external
-    domain under istio TLS termination, ``kubernetes.default.svc`` of a self-hosted shoot, a test's URL)
-    is already reachable from here and stays as it is.
+    gardenlet v1.149.3 writes the generic token kubeconfig's server for pods in the shoot namespace
+    (pkg/gardenlet/operation/botanist/secrets.go generateGenericTokenKubeconfig, through
+    pkg/utils/gardener/tokenrequest/secrets.go GenerateGenericTokenKubeconfig and
+    pkg/utils/kubernetes/kubernetes.go NewKubeconfig, which prepends ``https://``):
+
+    * ``api.<shoot internal domain>`` (pkg/gardenlet/operation/shoot/shoot.go
+      ComputeOutOfClusterAPIServerAddress(true)) when the shoot uses Istio TLS termination: the
+      feature gate IstioTLSTermination (Beta, on by default, pkg/features/features.go) and no
+      annotation ``shoot.gardener.cloud/disable-istio-tls-termination: "true"``
+      (pkg/api/core/v1beta1/helper/shoot.go IsShootIstioTLSTerminationEnabled). That name reaches
+      the API server through the Istio ingress gateway; shoot-namespace pods get a hostAlias for it,
+      ``extension-*`` pods do not;
+    * ``kube-apiserver`` (ComputeInClusterAPIServerAddress(true)) otherwise: it resolves only in
+      the shoot namespace;
+    * ``kubernetes.default.svc`` for a self-hosted shoot that runs its own control plane
+      (RunsControlPlane).
+
+    Gardener's extensions library reaches the shoot through the ``gardener-internal`` kubeconfig
+    instead (extensions/pkg/util/shoot_clients.go NewClientForShoot), whose server is
+    ComputeInClusterAPIServerAddress(false) = ``kube-apiserver.<namespace>.svc``
+    (pkg/gardenlet/operation/botanist/gardeneraccess.go, pkg/component/gardener/access/access.go):
+    the shoot namespace's ``kube-apiserver`` Service on port 443
+    (pkg/component/kubernetes/apiserverexposure/service.go), a name in the API server's certificate
+    (pkg/component/kubernetes/apiserver/secrets.go, pkg/utils/kubernetes/service.go
+    DNSNamesForService). So every DNS name becomes that Service. Kept as written:
+    ``kubernetes.default.svc`` and its longer forms, and an IP literal (a test or development API
+    server; gardenlet never writes one).
     """
-    parts = urlsplit(server)
-    if parts.hostname != KUBE_APISERVER_SHORT_NAME:
+    parts = urlsplit(server if "://" in server else "https://" + server)
+    host = parts.hostname or ""
+    if _is_ip_literal(host) or host == SELF_HOSTED_SERVER or host.startswith(SELF_HOSTED_SERVER + "."):
         return server
-    netloc = f"{KUBE_APISERVER_SHORT_NAME}.{namespace}.svc" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme or "https", netloc, parts.path, parts.query, parts.fragment))
+    return f"https://{KUBE_APISERVER_SERVICE}.{namespace}.svc"
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def shoot_kubeconfig(generic_kubeconfig: bytes, token: str, namespace: str) -> dict[str, Any]:

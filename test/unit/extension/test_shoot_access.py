@@ -1,8 +1,10 @@
 """The shoot API as this pod reaches it: gardenlet's generic token kubeconfig, read from ``extension-<name>``.
 
-gardenlet writes the server ``https://kube-apiserver`` (a name that resolves only in the shoot namespace);
-the extension must use ``kube-apiserver.<shoot namespace>.svc`` as Gardener's extensions library does, and
-its seed pod needs the label that lets NetworkPolicies admit its egress to every shoot's API server.
+gardenlet v1.149.3 writes the server ``https://api.<shoot internal domain>`` (Istio TLS termination, the
+default) or ``https://kube-apiserver`` (the shoot opts out); neither is reachable from an ``extension-*`` pod
+without Istio. The extension uses ``kube-apiserver.<shoot namespace>.svc`` on port 443 as Gardener's
+extensions library does, and its seed pod needs the label that lets NetworkPolicies admit its egress to
+every shoot's API server.
 """
 
 from __future__ import annotations
@@ -34,16 +36,29 @@ def generic_kubeconfig(server: str) -> bytes:
     }).encode()
 
 
+SVC = f"https://kube-apiserver.{NS}.svc"
+
+
 @pytest.mark.parametrize("server,expected", [
-    ("https://kube-apiserver", f"https://kube-apiserver.{NS}.svc"),
-    ("https://kube-apiserver:443", f"https://kube-apiserver.{NS}.svc:443"),
-    (f"https://kube-apiserver.{NS}.svc", f"https://kube-apiserver.{NS}.svc"),
-    ("https://api.s.p.internal.example.com", "https://api.s.p.internal.example.com"),  # istio TLS termination
-    ("https://kubernetes.default.svc", "https://kubernetes.default.svc"),  # a self-hosted shoot
-    ("https://kube-apiserver-x", "https://kube-apiserver-x"),
+    # Istio TLS termination (IstioTLSTermination, Beta, on by default): ComputeOutOfClusterAPIServerAddress(true).
+    ("https://api.s.p.internal.example.com", SVC),
+    ("https://api.s.p.internal.example.com:443", SVC),
+    # Annotated shoot.gardener.cloud/disable-istio-tls-termination=true: ComputeInClusterAPIServerAddress(true).
+    ("https://kube-apiserver", SVC),
+    ("https://kube-apiserver:6443", SVC),  # the Service listens on 443 whatever the port says
+    (SVC, SVC),
+    ("https://kube-apiserver.shoot--other--x.svc", SVC),  # always this Cluster's namespace
+    ("https://kube-apiserver-x", SVC),
+    ("kube-apiserver", SVC),  # NewKubeconfig prepends https://; a bare name is read the same way
+    # A self-hosted shoot that runs its own control plane: ComputeInClusterAPIServerAddress -> kubernetes.default.svc.
+    ("https://kubernetes.default.svc", "https://kubernetes.default.svc"),
+    ("https://kubernetes.default.svc.cluster.local", "https://kubernetes.default.svc.cluster.local"),
+    # IP literals: a test or development API server, never written by gardenlet.
     ("https://127.0.0.1:6443", "https://127.0.0.1:6443"),
+    ("https://10.250.0.2:6443", "https://10.250.0.2:6443"),
+    ("https://[fd00::1]:6443", "https://[fd00::1]:6443"),
 ])
-def test_only_the_in_namespace_short_name_is_rewritten(server: str, expected: str) -> None:
+def test_every_dns_name_becomes_the_kube_apiserver_service(server: str, expected: str) -> None:
     assert node_proof.in_cluster_server(server, NS) == expected
 
 
@@ -64,11 +79,12 @@ class _Secrets:
         raise ApiException(status=404, reason="NotFound")
 
 
-def test_the_reader_connects_to_the_address_reachable_from_our_namespace() -> None:
-    fake = _Secrets({node_proof.GENERIC_KUBECONFIG_DEFAULT: {"kubeconfig": generic_kubeconfig("https://kube-apiserver")},
+@pytest.mark.parametrize("server", ["https://kube-apiserver", "https://api.s.p.internal.example.com"])
+def test_the_reader_connects_to_the_address_reachable_from_our_namespace(server: str) -> None:
+    fake = _Secrets({node_proof.GENERIC_KUBECONFIG_DEFAULT: {"kubeconfig": generic_kubeconfig(server)},
                      node_proof.SHOOT_ACCESS_SECRET: {"token": b"tok"}})
     api = node_proof.ShootReader(SimpleNamespace(core=fake, custom=fake)).api_client(NS)
-    assert api.configuration.host == f"https://kube-apiserver.{NS}.svc"
+    assert api.configuration.host == SVC
     assert api.configuration.api_key["BearerToken"] == "Bearer tok"
 
 
