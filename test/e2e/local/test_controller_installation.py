@@ -93,6 +93,9 @@ def test_gardenlet_installs_the_extension_and_an_extension_reconciles(ci_landsca
     env = {e["name"]: e.get("value") for c in deployment["spec"]["template"]["spec"]["containers"]
            for e in c.get("env", [])}
     assert env.get("SEED_NAME") == garden.SEED_NAME
+    # The only extension Deployment in the seed is gardenlet's: the landscape deployed none of its own.
+    everywhere = land.seed.get_json("deployments", "-A", "-l", f"app.kubernetes.io/name={seed_extension.NAME}")
+    assert [d["metadata"]["namespace"] for d in everywhere["items"]] == [namespace]
     pods = land.seed.get_json("pods", "-n", namespace, "-l", f"app.kubernetes.io/name={seed_extension.NAME}")
     running = [p for p in pods["items"] if p["status"].get("phase") == "Running"]
     assert running, "no running extension pod"
