@@ -38,7 +38,7 @@ APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-st
               gcc libc6-dev procps ipset)  # the last three: critest's images (hacks/critest_images.py)
 # The landscape's shoot control plane and nodes; all built from one k8s.io/kubernetes module.
 K8S_COMPONENTS=(kubelet kube-controller-manager kube-scheduler kube-proxy)
-STEPS=(preflight apt helm-kubectl kube-apiserver kube-components cri-tools gardener-crds gardener
+STEPS=(preflight apt helm-kubectl kube-apiserver kube-components cri-tools gardener-crds gardener-seed-crds gardener
        coredns kube-router rootfs images)
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -310,6 +310,21 @@ step_gardener_crds() {
   log "gardener CRDs: $(ls "$out" | tr '\n' ' ')"
 }
 
+step_gardener_seed_crds() {
+  # Every CRD of a seed (example/seed-crds, 72 files at v1.149.3) for the ControllerInstallation scenario: a real
+  # gardenlet watches BackupBucket, Bastion, DNSRecord ... in its seed and its seed flow would install them all.
+  local mod="github.com/gardener/gardener@$GARDENER_VERSION" out="$CACHE/gardener/seed-crds"
+  local key="$mod example/seed-crds"
+  if stamp_ok "$out" "$key"; then log "gardener seed CRDs: cached ($key)"; return; fi
+  local dir
+  dir=$(cd "$BUILD" && with_registry "go mod download $mod" go mod download -json "$mod" \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  rm -rf "$out"; mkdir -p "$out"
+  install -m 0644 "$dir"/example/seed-crds/*.yaml "$out/"
+  stamp_set "$out" "$key"
+  log "gardener seed CRDs: $(ls "$out" | wc -l) files"
+}
+
 # The mirror this machine's apt uses for SUITE's main component (deb822 .sources and one-line
 # .list files alike), so debootstrap fetches from where apt-get does; no host name is built in.
 apt_mirror_for() {
@@ -399,6 +414,7 @@ run_step() {
     kube-router) step_kube_router ;;
     cri-tools) step_cri_tools ;;
     gardener-crds) step_gardener_crds ;;
+    gardener-seed-crds) step_gardener_seed_crds ;;
     rootfs) step_rootfs ;;
     images) step_images ;;
     *) die "unknown step '$s' (steps: ${STEPS[*]})" ;;
