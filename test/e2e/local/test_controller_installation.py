@@ -9,7 +9,6 @@ itself. Only the shoot part of gardenlet (Cluster, Extension) is still the stand
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -17,11 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e.gardener.shoot_ops import Kube
 from e2e.targets import LandscapeTarget
 from fixtures.landscape import Images, Landscape, build_images, garden, seed_extension
 from fixtures.tools import Tools
-from fixtures.waiting import wait_until
 
 REGISTRATION = "cri-resmgr-extension"
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
@@ -44,33 +41,10 @@ def ci_landscape(tools: Tools, tmp_path_factory: pytest.TempPathFactory) -> Iter
         assert not left, f"the landscape left things behind: {left}"
 
 
-def installation(garden_api: Kube) -> dict | None:
-    items = [i for i in garden_api.get_json("controllerinstallations")["items"]
-             if i["spec"]["registrationRef"]["name"] == REGISTRATION]
-    return items[0] if items else None
-
-
-def conditions(ci: dict | None) -> dict[str, str]:
-    return {c["type"]: c["status"] for c in ((ci or {}).get("status") or {}).get("conditions", [])}
-
-
-def installed_and_healthy(garden_api: Kube) -> tuple[bool, str]:
-    ci = installation(garden_api)
-    if ci is None:
-        return False, "no ControllerInstallation yet"
-    conds = conditions(ci)
-    return conds.get("Installed") == "True" and conds.get("Healthy") == "True", f"{ci['metadata']['name']}: {conds}"
-
-
 def test_gardenlet_installs_the_extension_and_an_extension_reconciles(ci_landscape: Landscape) -> None:
     land = ci_landscape
-    garden_api = Kube(land.tools.kubectl, str(land.garden_kubeconfig))
-    docs = garden.registration_documents(seed_extension.REGISTRATION,
-                                         seed_extension.chart_values(land.extension_image(), land.base_configs))
     t0 = time.monotonic()
-    garden_api.run("apply", "--validate=strict", "-f", "-",
-                   input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
-    wait_until("ControllerInstallation Installed and Healthy", lambda: installed_and_healthy(garden_api), 300, 1)
+    ci = garden.install_extension(land)
     healthy_s = time.monotonic() - t0
     print(f"\ncontrollerinstallation_healthy_s={healthy_s:.1f}")
     garden_steps = ("seed: the Gardener CRDs gardenlet watches", "garden kube-apiserver", "gardener-apiserver",
@@ -79,7 +53,7 @@ def test_gardenlet_installs_the_extension_and_an_extension_reconciles(ci_landsca
 
     # gardenlet's work in the seed: the namespace extension-<installation>, labelled from the registration, and
     # its NetworkPolicy controller's policies there; the Deployment carries the SEED_NAME it adds to every pod.
-    ci = installation(garden_api)
+    assert ci["spec"]["registrationRef"]["name"] == REGISTRATION
     namespace = f"extension-{ci['metadata']['name']}"
     labels = land.seed.get_json("namespace", namespace)["metadata"]["labels"]
     assert labels["gardener.cloud/role"] == "extension"
