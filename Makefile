@@ -38,6 +38,12 @@ landscape-down: venv
 bench-landscape: venv tools
 	$(PY) -m pytest -s -p no:cacheprovider -o addopts="" test/bench/bench_landscape.py
 
+# A real gardenlet installs the extension: garden API + gardener-apiserver + gardener-controller-manager + gardenlet
+# on their own landscape; prints controllerinstallation_healthy_s (docs/development/current-gardener.md section 5).
+.PHONY: test-controller-installation
+test-controller-installation: venv
+	$(call run_pytest,-s test/e2e/local/test_controller_installation.py)
+
 # pytest exits 5 when it collected nothing; a run that tests nothing is a failure.
 PYTEST = $(PY) -m pytest
 define run_pytest

@@ -7,7 +7,8 @@
 #
 # Cache: ${CRI_RESMGR_DEV_CACHE:-~/.cache/cri-resmgr-dev}
 #   bin/{kube-apiserver,kubelet,kube-controller-manager,kube-scheduler,kube-proxy}   k8s.io/kubernetes
-#   bin/gardener-resource-manager  github.com/gardener/gardener (same version as the CRDs)
+#   bin/{gardener-resource-manager,gardener-apiserver,gardener-controller-manager,gardenlet,gardener-node-agent}
+#                                 github.com/gardener/gardener (same version as the CRDs)
 #   bin/{coredns,kube-router}     the seed's cluster DNS and NetworkPolicy enforcer
 #   bin/{helm,kubectl,crictl,critest}
 #   bin/containerd2/{containerd,containerd-shim-runc-v2,ctr}   containerd 2 (a directory of its own: Debian's 1.6 stays the default)
@@ -19,6 +20,10 @@ set -euo pipefail
 KUBERNETES_VERSION="${KUBERNETES_VERSION:-1.33.13}"
 CRI_TOOLS_VERSION="${CRI_TOOLS_VERSION:-v1.34.0}"
 GARDENER_VERSION="${GARDENER_VERSION:-v1.149.3}"
+# Everything built from github.com/gardener/gardener, at GARDENER_VERSION: the landscape's shoot and seed
+# resource managers; garden API server, controller manager and gardenlet for the ControllerInstallation path;
+# gardener-node-agent for the nodes.
+GARDENER_COMPONENTS=(gardener-resource-manager gardener-apiserver gardener-controller-manager gardenlet gardener-node-agent)
 # The seed's cluster DNS (a CoreDNS, as every Gardener seed runs) and its NetworkPolicy enforcer.
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 # kube-router's iptables+ipset NetworkPolicy controller: this kernel lacks CONFIG_NFT_QUEUE, so the
@@ -36,7 +41,7 @@ APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-st
               gcc libc6-dev procps ipset)  # the last three: critest's images (hacks/critest_images.py)
 # The landscape's shoot control plane and nodes; all built from one k8s.io/kubernetes module.
 K8S_COMPONENTS=(kubelet kube-controller-manager kube-scheduler kube-proxy)
-STEPS=(preflight apt helm-kubectl kube-apiserver kube-components cri-tools gardener-crds gardener-resource-manager
+STEPS=(preflight apt helm-kubectl kube-apiserver kube-components cri-tools gardener-crds gardener-seed-crds gardener
        coredns kube-router containerd2 rootfs images)
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -179,28 +184,37 @@ step_kube_components() {
 # gardener's pkg/apis is a module of its own that gardener's go.mod takes through a `replace`, which Go
 # ignores in a dependency: without requiring it at the same version, `go mod tidy` quietly picks
 # pkg/apis v1.143.0 (dragged in by other modules) and the build fails (docs/development/current-gardener.md).
-step_gardener_resource_manager() {
-  local name=gardener-resource-manager key="github.com/gardener/gardener@$GARDENER_VERSION+pkg/apis ldflags-version"
-  if stamp_ok "$BIN/$name" "$key"; then log "$name: cached ($key)"; return; fi
+step_gardener() {
+  local key="github.com/gardener/gardener@$GARDENER_VERSION+pkg/apis ldflags-version ${GARDENER_COMPONENTS[*]}" c
+  local all_cached=1
+  for c in "${GARDENER_COMPONENTS[@]}"; do stamp_ok "$BIN/$c" "$key" || all_cached=0; done
+  if [ "$all_cached" = 1 ]; then log "gardener: cached ($key)"; return; fi
   local dir="$BUILD/gardener-$GARDENER_VERSION"
   mkdir -p "$dir"
-  log "$name: preparing a build module for github.com/gardener/gardener@$GARDENER_VERSION"
+  log "gardener: preparing a build module for github.com/gardener/gardener@$GARDENER_VERSION"
   printf 'module local/gardener-build\n\ngo 1.26.5\n\nrequire (\n\tgithub.com/gardener/gardener %s\n\tgithub.com/gardener/gardener/pkg/apis %s\n)\n' \
     "$GARDENER_VERSION" "$GARDENER_VERSION" > "$dir/go.mod"
-  # Keeps `go mod tidy` from dropping the command's dependencies.
-  printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/gardener/gardener/cmd/%s"\n' "$name" > "$dir/tools.go"
+  # Keeps `go mod tidy` from dropping the commands' dependencies.
+  { printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for c in "${GARDENER_COMPONENTS[@]}"; do printf '\t_ "github.com/gardener/gardener/cmd/%s"\n' "$c"; done
+    printf ')\n'; } > "$dir/tools.go"
   rm -f "$dir/go.sum" "$dir/main.go"
   (cd "$dir" && with_registry "go mod tidy for gardener" go mod tidy >/dev/null 2>&1)
-  log "$name: compiling (minutes on 2 cores, once)"
+  # The version ldflags are not cosmetic: gardener-node-agent's config file name and gardenlet's version-skew
+  # check read them (docs/development/current-gardener.md section 1).
   local vpkg=k8s.io/component-base/version v="${GARDENER_VERSION#v}"
   local ldflags="-s -w -X $vpkg.gitVersion=$GARDENER_VERSION -X $vpkg.gitMajor=${v%%.*}"
   v="${v#*.}"; ldflags="$ldflags -X $vpkg.gitMinor=${v%%.*} -X $vpkg.gitTreeState=clean"
   ldflags="$ldflags -X $vpkg.buildDate=1970-01-01T00:00:00Z"
-  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN/$name.new" "github.com/gardener/gardener/cmd/$name") \
-    || die "building $name failed"
-  mv "$BIN/$name.new" "$BIN/$name"
-  stamp_set "$BIN/$name" "$key"
-  log "$name: $("$BIN/$name" --version 2>&1 | head -1)"
+  for c in "${GARDENER_COMPONENTS[@]}"; do
+    if stamp_ok "$BIN/$c" "$key"; then continue; fi
+    log "$c: compiling (the first takes minutes on 2 cores, once; the others share its packages)"
+    (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN/$c.new" "github.com/gardener/gardener/cmd/$c") \
+      || die "building $c failed"
+    mv "$BIN/$c.new" "$BIN/$c"
+    stamp_set "$BIN/$c" "$key"
+    log "$c: $("$BIN/$c" --version 2>&1 | head -1)"
+  done
 }
 
 # One Go command from a throwaway module: go_module_build NAME KEY MODULE@VERSION PACKAGE [LDFLAGS] [main.go text]
@@ -327,6 +341,21 @@ step_gardener_crds() {
   log "gardener CRDs: $(ls "$out" | tr '\n' ' ')"
 }
 
+step_gardener_seed_crds() {
+  # Every CRD of a seed (example/seed-crds, 72 files at v1.149.3) for the ControllerInstallation scenario: a real
+  # gardenlet watches BackupBucket, Bastion, DNSRecord ... in its seed and its seed flow would install them all.
+  local mod="github.com/gardener/gardener@$GARDENER_VERSION" out="$CACHE/gardener/seed-crds"
+  local key="$mod example/seed-crds"
+  if stamp_ok "$out" "$key"; then log "gardener seed CRDs: cached ($key)"; return; fi
+  local dir
+  dir=$(cd "$BUILD" && with_registry "go mod download $mod" go mod download -json "$mod" \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  rm -rf "$out"; mkdir -p "$out"
+  install -m 0644 "$dir"/example/seed-crds/*.yaml "$out/"
+  stamp_set "$out" "$key"
+  log "gardener seed CRDs: $(ls "$out" | wc -l) files"
+}
+
 # The mirror this machine's apt uses for SUITE's main component (deb822 .sources and one-line
 # .list files alike), so debootstrap fetches from where apt-get does; no host name is built in.
 apt_mirror_for() {
@@ -411,12 +440,13 @@ run_step() {
     helm-kubectl) step_helm_kubectl ;;
     kube-apiserver) step_kube_apiserver ;;
     kube-components) step_kube_components ;;
-    gardener-resource-manager) step_gardener_resource_manager ;;
+    gardener) step_gardener ;;
     coredns) step_coredns ;;
     kube-router) step_kube_router ;;
     cri-tools) step_cri_tools ;;
     containerd2) step_containerd2 ;;
     gardener-crds) step_gardener_crds ;;
+    gardener-seed-crds) step_gardener_seed_crds ;;
     rootfs) step_rootfs ;;
     images) step_images ;;
     *) die "unknown step '$s' (steps: ${STEPS[*]})" ;;

@@ -17,7 +17,7 @@ from installer.host import CommandRunner, Host
 from installer.install import KUBELET_TARGET, InstallSettings, NodeInstaller
 from installer.node_lock import NodeLock
 from installer.static_config import read_config_dir
-from installer.supervisor import Supervisor, SupervisorSettings
+from installer.supervisor import Decision, Supervisor, SupervisorSettings
 from resmgr.logsetup import setup_logging_from_args
 from resmgr.options import add_logging_arguments
 
@@ -50,7 +50,7 @@ install mode (default):
   Every change is journaled with backups in /var/lib/cri-resmgr-installer/ first;
   re-running converges. Then it supervises: if the unit fails or the relay does
   not answer for --relay-timeout seconds, kubelet goes back to containerd and the
-  probe reports not-ready with the reason. Kubelet is back on containerd within
+  node record says degraded, with the reason. Kubelet is back on containerd within
   one --check-interval plus a kubelet restart of the unit failing or stopping,
   and within --relay-timeout + --check-interval + a kubelet restart of the relay
   falling silent (about 36 s with the defaults). While on containerd, a failed
@@ -72,7 +72,12 @@ also needs cri-resmgr-agent to answer its health check on its socket (checked ev
 --check-interval); until it does the record says agent-not-ready, with the agent's answer.
 
 probe: `cri-resmgr-installer probe` (or --probe) exits 0 when the ready file
-says ready, else 1 with a one-line reason.
+says ready, else 1 with a one-line reason. In install mode ready means the node
+is usable (the pod is node-critical: a new node is tainted until it is ready):
+after the first install attempt, kubelet on a relay that answers, or on
+containerd after a failed install or a fallback. Not ready: kubelet on a relay
+that stopped answering (until the fallback), or this rollout's install failed
+while an earlier relay still serves kubelet (that halts a bad rollout).
 """
 
 
@@ -152,10 +157,14 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
                                       max_fallbacks=args.max_fallbacks)
     install_error = ""  # why this rollout's install failed; every readiness report carries it
 
-    def report(ready: bool, reason: str) -> None:
+    def report(decision: Decision) -> None:
+        # Readiness means "the node is usable" (node-critical semantics, docs/design.md); the record says
+        # whether it uses the relay. One exception keeps a bad release from rolling on: this rollout's install
+        # failed while an earlier relay still serves kubelet (usable, but not with this rollout).
+        ready, reason, usable = decision.ready, decision.reason, decision.usable
         if install_error:
-            ready, reason = False, f"{install_error}; {reason}"
-        readiness.write_ready(args.ready_file, ready, reason, "install")
+            ready, reason, usable = False, f"{install_error}; {reason}", usable and not decision.ready
+        readiness.write_ready(args.ready_file, usable, reason, "install")
         if ready:
             record(node_record.INSTALLED, "")
         else:
@@ -180,7 +189,13 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
             except Exception as exc:  # every failure becomes not-ready with its reason, then a retry
                 log.error("install failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
                 install_error = f"install failed: {exc}"
-                readiness.write_ready(args.ready_file, False, install_error, "install")
+                # Kubelet still on containerd (the install repoints it last, and reverts on failure): the node
+                # is usable, so the pod is ready and the node takes workloads; the record says install-failed.
+                # Kubelet on an earlier rollout's relay: not ready, which halts this rollout (see report).
+                on_relay = installer.journal().get(KUBELET_TARGET) == "relay"
+                readiness.write_ready(args.ready_file, not on_relay,
+                                      install_error if on_relay else f"{install_error}; kubelet stays on the "
+                                      "container runtime", "install")
                 record(node_record.INSTALL_FAILED, install_error)
                 if args.once:
                     return 1
@@ -200,14 +215,13 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
     return 0
 
 
-def _supervise(supervisor: Supervisor, report: Callable[[bool, str], None]) -> None:
+def _supervise(supervisor: Supervisor, report: Callable[[Decision], None]) -> None:
     try:
         decision = supervisor.tick()
-        ready, reason = decision.ready, decision.reason
     except Exception as exc:
         log.error("supervision step failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
-        ready, reason = False, f"supervision failed: {exc}"
-    report(ready, reason)
+        decision = Decision("none", False, f"supervision failed: {exc}", usable=False)
+    report(decision)
 
 
 def run_uninstall(installer: NodeInstaller, args: argparse.Namespace, stop: threading.Event,

@@ -7,13 +7,17 @@ one action:
 
 * **fallback**: the unit has failed or was stopped, or the relay has not answered for more than
   ``relay_timeout_s`` (30 s). Kubelet gets its original files back (pointing at containerd) and
-  is restarted; the installer reports not-ready with the reason.
+  is restarted; the node record says degraded, with the reason.
 * **recover** (what happens when cri-resmgr is healthy again): while on the fallback, a failed or
   stopped unit is restarted at most every ``restart_backoff_s``. Once the unit is active and the
   relay has answered continuously for ``recover_after_s``, kubelet is repointed at the relay and
-  the installer reports ready again. After ``max_fallbacks`` fallbacks within
-  ``fallback_window_s`` it stops flapping: kubelet stays on containerd and the installer stays
-  not-ready until the pod is restarted (a new rollout or an operator's delete).
+  the record says installed again. After ``max_fallbacks`` fallbacks within
+  ``fallback_window_s`` it stops flapping: kubelet stays on containerd and the record stays
+  degraded until the pod is restarted (a new rollout or an operator's delete).
+
+The installer pod's readiness is ``usable``: the node's kubelet has a runtime that answers. A node on
+the fallback is usable, so gardener-resource-manager lifts its critical-components taint and it takes
+workloads on containerd; the degradation shows in the node record and the Extension's health.
 * **repoint**: kubelet runs against something other than the relay although it should not (its
   configuration was rewritten, e.g. by gardener-node-agent): apply the repoint again.
 * **guard**: kubelet is on the relay but the kubelet guard (its drop-in or script) is gone or changed:
@@ -67,8 +71,11 @@ class SupervisorState:
 @dataclass(frozen=True)
 class Decision:
     action: str  # "none", "fallback", "recover", "repoint", "guard", "restart-unit"
-    ready: bool
+    ready: bool  # kubelet uses a working relay (the node record says installed, else degraded)
     reason: str
+    # The node is usable: kubelet's runtime answers, through the relay or (after a fallback) containerd itself.
+    # False only while kubelet is still pointed at a relay that stopped serving (the fallback is under way).
+    usable: bool = True
 
 
 def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSettings) -> Decision:
@@ -83,11 +90,11 @@ def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSett
         state.healthy_since = None
     if state.on_relay:
         if health.unit_state in ("failed", "inactive"):
-            return Decision("fallback", False, f"{node_files.UNIT} is {health.unit_state}")
+            return Decision("fallback", False, f"{node_files.UNIT} is {health.unit_state}", usable=False)
         silent = now - state.last_answer
         if not answered and silent > s.relay_timeout_s:
             return Decision("fallback", False, f"the relay has not answered CRI Version for {silent:.0f}s "
-                                               f"(> {s.relay_timeout_s:g}s): {health.relay_error}")
+                                               f"(> {s.relay_timeout_s:g}s): {health.relay_error}", usable=False)
         if not answered:
             return Decision("none", True, f"the relay has not answered for {silent:.0f}s: {health.relay_error}")
         if health.kubelet_endpoint and not health.kubelet_on_relay:
@@ -118,10 +125,10 @@ def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSett
 
 class Supervisor:
     def __init__(self, installer: NodeInstaller, settings: SupervisorSettings,
-                 report: Callable[[bool, str], None] = lambda ready, reason: None) -> None:
+                 report: Callable[[Decision], None] = lambda decision: None) -> None:
         self.installer = installer
         self.settings = settings
-        self.report = report  # readiness, told before an action starts (a fallback takes seconds)
+        self.report = report  # told before an action starts (a fallback takes seconds)
         target = installer.journal().get(KUBELET_TARGET, "relay")
         self.state = SupervisorState(on_relay=target == "relay", last_answer=time.monotonic())
         self.probe = RelayProbe(installer.host, node_files.RELAY_ENDPOINT)
@@ -146,7 +153,7 @@ class Supervisor:
             log.debug(decision.reason)
             return decision
         log.warning("supervisor: %s", decision.reason, extra={"action": decision.action})
-        self.report(decision.ready, decision.reason)
+        self.report(decision)
         if decision.action == "fallback":
             self.installer.point_kubelet_at_runtime(decision.reason)
             self.state.on_relay = False

@@ -130,8 +130,15 @@ def check_and_report(apis: Apis, extension: dict[str, Any], cluster: ClusterInfo
     except Exception as err:  # the check itself failed: Gardener reports ConditionCheckError
         mr, error = None, f"cannot read managed resource: {err}"
     status, reason, message = assess(mr, hibernated=bool(cluster and cluster.hibernated), error=error)
-    if status == "True" and node_check is not None and not (cluster and cluster.hibernated):
-        status, reason, message = node_check(mr) or (status, reason, message)
+    if node_check is not None and not (cluster and cluster.hibernated):
+        if status == "True":
+            status, reason, message = node_check(mr) or (status, reason, message)
+        elif status == "False" and mr is not None:
+            # An unhealthy rollout is often a symptom (the agent cannot start where the relay did not): the
+            # nodes' own failures say why, so they join the message.
+            nodes = node_check(mr)
+            if nodes is not None and nodes[0] == "False":
+                message = f"{message}; {nodes[2]}"
     conditions = (extension.get("status") or {}).get("conditions") or []
     old = _condition(conditions, c.HEALTH_CONDITION_TYPE)
     status, reason = past_progressing_threshold(old, status, reason, threshold=progressing_threshold,

@@ -1,10 +1,16 @@
 """Benchmark: the local landscape (`make bench-landscape`).
 
-Measures, on one landscape (2 shoot nodes in two pools, real kubelets, real gardener-resource-manager,
-the extension as its Deployment; gardenlet's part played by the stand-in):
+Measures, on one landscape (2 shoot nodes in two pools, real kubelets, real gardener-resource-manager;
+the extension installed by a real gardenlet from examples/ through its ControllerInstallation; the shoot
+part of gardenlet played by the stand-in):
 
-  startup_s               landscape up: etcd, both API servers, KCM, scheduler, kube-proxy, GRM,
-                          3 nodes Ready, the extension Deployment available
+  startup_s               landscape up: etcd, the API servers, KCM, scheduler, kube-proxy, GRM, the seed's
+                          DNS and NetworkPolicy enforcer, 3 nodes Ready, the garden (gardener-apiserver,
+                          gardener-controller-manager, gardenlet)
+  controllerinstallation_healthy_s
+                          examples/ applied to the garden -> ControllerInstallation Installed and Healthy
+                          (gardenlet rendered the chart, the seed's gardener-resource-manager applied it,
+                          the extension Deployment is available)
   enable_to_relay_s       Extension created -> every shoot node's running kubelet on the relay
   disable_to_restored_s   Extension deleted -> every node's kubelet back on containerd, unit removed
   disable_to_gone_s       Extension deleted -> Extension gone (every node's record said uninstalled)
@@ -14,7 +20,8 @@ the extension as its Deployment; gardenlet's part played by the stand-in):
 
 The LAST line printed is the summary:
 
-    landscape: gardener_version=<v> startup_s=<x> enable_to_relay_s=<y> disable_to_restored_s=<z>
+    landscape: gardener_version=<v> startup_s=<x> controllerinstallation_healthy_s=<c> enable_to_relay_s=<y>
+               disable_to_restored_s=<z>
                disable_to_gone_s=<s> uninstall_node_s=<a,b> rss_mb_<component>=<mb> ...   (one line)
 
 Target (DESIGN, reported, not asserted): enable -> every node on the relay <= 60 s for 2 nodes.
@@ -33,7 +40,7 @@ import pytest
 from e2e import scenarios
 from e2e.gardener import shoot_ops
 from e2e.targets import LANDSCAPE_EXTRA_OPTIONS
-from fixtures.landscape import Images, Landscape, build_images
+from fixtures.landscape import Images, Landscape, build_images, garden
 from fixtures.landscape.node_checks import NodeRunner
 
 from installer import node_record
@@ -51,10 +58,14 @@ def test_bench_landscape(tools, tmp_path):
     if os.geteuid() != 0:
         pytest.fail("the landscape needs root", pytrace=False)
     images = Images.from_dir(tools, build_images(tmp_path / "images"))
-    land = Landscape(tools, Path(tempfile.mkdtemp(prefix="landscape-bench-", dir="/tmp")), images)
+    land = Landscape(tools, Path(tempfile.mkdtemp(prefix="landscape-bench-", dir="/tmp")), images,
+                     controller_installation=True)
     try:
         land.up()
         with land.inside():
+            t0 = time.monotonic()
+            garden.install_extension(land)
+            installation_s = time.monotonic() - t0
             runners = [NodeRunner(n) for n in land.shoot_nodes]
             g = land.gardenlet()
             g.write_cluster()
@@ -81,7 +92,8 @@ def test_bench_landscape(tools, tmp_path):
     print(f"  target enable -> relay <= {TARGET_ENABLE_S:g}s: "
           f"{'met' if enable_s <= TARGET_ENABLE_S else 'NOT met'} ({enable_s:.1f}s)")
     line = (f"landscape: gardener_version={land.versions()['gardener']} "
-            f"startup_s={land.timings['startup']:.1f} enable_to_relay_s={enable_s:.1f} "
+            f"startup_s={land.timings['startup']:.1f} controllerinstallation_healthy_s={installation_s:.1f} "
+            f"enable_to_relay_s={enable_s:.1f} "
             f"disable_to_restored_s={disable_s:.1f} disable_to_gone_s={gone_s:.1f} "
             f"uninstall_node_s={','.join(f'{x:.1f}' for x in node_s)} "
             + " ".join(f"rss_mb_{_key(k)}={v:.0f}" for k, v in rss.items()))

@@ -23,6 +23,7 @@ import pytest
 from e2e import scenarios
 from e2e.gardener import shoot_ops
 from e2e.targets import LandscapeTarget
+from fixtures.landscape.node import RUNTIME_SOCKET
 from fixtures.landscape.node_checks import NodeRunner, file_digests
 from fixtures.landscape.workloads import HOST_CGROUP, guaranteed_pod, wait_pod_running
 from fixtures.waiting import wait_until
@@ -264,4 +265,54 @@ def test_narrowed_selection_uninstalls_and_cpusets_are_restored(target, inside):
     wait_until(f"{a.name}: cpusets after uninstall", cpusets_restored(a), 60, 1)
     for pool in by_pool:
         land.shoot.run("delete", "pod", f"pinned-{pool}", "--wait=false")
+    target.delete()
+
+
+# ----- node-critical semantics ------------------------------------------------------------------
+
+def test_a_joining_node_whose_relay_cannot_start_takes_workloads_on_containerd(target, inside):
+    """Issue 25 item 4, with the real gardener-resource-manager's node controller: new machines register
+    tainted node.gardener.cloud/critical-components-not-ready; the installer is node-critical and ready once
+    the node is usable. New machines whose disk has a file where the relay's state directory goes (systemd's
+    StateDirectory= cannot be set up, so cri-resource-manager.service cannot start) leave kubelet on containerd:
+    the taint goes and a workload runs; the node record and the Extension's health say what failed."""
+    land = inside
+    target.create()
+    target.enable(scenarios.provider_config(), wait=False)
+
+    def installer_daemonset() -> tuple[bool, str]:
+        r = land.shoot.run("-n", "kube-system", "get", "daemonset", "cri-resmgr-installer", "-o", "json", check=False)
+        if r.returncode != 0:
+            return False, r.stderr.strip()
+        labels = json.loads(r.stdout)["metadata"].get("labels") or {}
+        return labels.get("node.gardener.cloud/critical-component") == "true", f"labels {labels}"
+    wait_until("the node-critical installer DaemonSet in the shoot", installer_daemonset, 300, 1)
+    land.replace_shoot_nodes(boot_files=((node_files.RELAY_STATE_DIR, "not a directory\n"),))
+    node = land.shoot_nodes[0]
+    joined = _rfc3339(land.shoot.get_json("node", node.name)["metadata"]["creationTimestamp"])
+    land.shoot.run("apply", "-f", "-", input=json.dumps(guaranteed_pod("after-join", node.name, cpu="100m")))
+    pod = wait_pod_running(land.shoot, "after-join", timeout=300)
+    started = _rfc3339(pod["status"]["startTime"])
+    events = land.shoot.get_json("events", "-A", "--field-selector",
+                                 f"involvedObject.name={node.name},reason=NodeCriticalComponentsReady")["items"]
+    assert events, f"{node.name}: gardener-resource-manager never lifted the critical-components taint"
+    # The taint was held for the installer: its pod on the node was ready (the install attempt over) before.
+    installer_pod = next(p for p in land.shoot.get_json("pods", "-n", "kube-system", "-l",
+                                                        "app.kubernetes.io/name=cri-resmgr-installer")["items"]
+                         if p["spec"].get("nodeName") == node.name)
+    ready_at = next(_rfc3339(c["lastTransitionTime"]) for c in installer_pod["status"]["conditions"]
+                    if c["type"] == "Ready" and c["status"] == "True")
+    assert ready_at <= started, (ready_at, started)
+    assert shoot_ops.node_kubelet_endpoint(NodeRunner(node)) == shoot_ops.normalize_endpoint(
+        RUNTIME_SOCKET), "kubelet is not on containerd"
+    say(f"{node.name}: a workload started {started - joined:.0f}s after the node joined (target: 120 s)")
+
+    def install_failure_reported() -> tuple[bool, str]:
+        ext = target.gardenlet.extension() or {}
+        conds = (ext.get("status") or {}).get("conditions") or []
+        cond = next((c for c in conds if c["type"] == "SystemComponentsHealthy"), {})
+        msg = cond.get("message", "")
+        return cond.get("status") == "False" and node.name in msg and "install failed" in msg, str(cond)
+    wait_until("the Extension's health names the node whose install failed", install_failure_reported, 300, 2)
+    land.shoot.run("delete", "pod", "after-join", "--wait=false")
     target.delete()

@@ -101,7 +101,11 @@ def test_installation_chart_renders_and_the_api_accepts_it(tools, seed_api, mode
     for d in docs:
         if d["kind"] == "DaemonSet":
             pod = d["spec"]["template"]
-            assert pod["metadata"]["labels"]["node.gardener.cloud/critical-component"] == "true"
+            # Node-critical: the installers, on the DaemonSet too (gardener-resource-manager's node controller
+            # waits for a DaemonSet's pod only when the DaemonSet carries the label); the agent is not.
+            critical = d["metadata"]["name"] != "cri-resmgr-agent"
+            assert (pod["metadata"]["labels"].get("node.gardener.cloud/critical-component") == "true") is critical
+            assert (d["metadata"]["labels"].get("node.gardener.cloud/critical-component") == "true") is critical
             assert pod["spec"]["priorityClassName"].startswith("gardener-shoot-system-")
             assert {"effect": "NoExecute", "operator": "Exists"} in pod["spec"]["tolerations"]
             probes = [c.get("readinessProbe") for c in pod["spec"]["containers"]]

@@ -82,9 +82,10 @@ def test_relay_dead_for_good_sends_kubelet_back_to_containerd_and_recovers(insta
         took = time.monotonic() - killed
         out = log_path.read_text()
         assert "pointing kubelet back at unix:///run/containerd/containerd.sock" in out
-        assert probe(n) == 1
+        # On containerd the node is usable: ready (node-critical semantics), the reason says it fell back.
+        wait_for(lambda: probe(n) == 0, "ready on the fallback", timeout=10)
         reason = subprocess.run(n.supervise_argv("probe"), capture_output=True, text=True).stdout
-        assert "not ready" in reason and ("fallback" in reason or "failed" in reason), reason
+        assert reason.startswith("ready") and "fallback" in reason, reason
         print(f"kubelet on containerd {took:.1f}s after cri-resmgr was killed for good")
 
         n.node.run(["rm", "-f", kill_switch])

@@ -85,3 +85,33 @@ def test_uninstall_records_its_failure_and_then_its_success(tmp_path: Path) -> N
     failpoint.unlink()
     assert run_uninstall(installer, args, threading.Event(), lambda s, r: records.append((s, r))) == 0
     assert records[-1] == (node_record.UNINSTALLED, "")
+
+
+class _FailingInstaller:
+    """An install that fails before it touched kubelet (a relay that cannot start)."""
+
+    def __init__(self, journal: dict[str, str]) -> None:
+        self._journal = journal
+
+    def install(self, config: object) -> None:
+        raise RuntimeError("the relay did not answer CRI Version within 60s")
+
+    def journal(self) -> dict[str, str]:
+        return self._journal
+
+
+def test_a_failed_install_leaves_the_node_usable_and_says_so_in_the_record(tmp_path: Path) -> None:
+    """Node-critical semantics: kubelet still on containerd, so the pod is ready (the node takes workloads)
+    while the node record says install-failed; kubelet left on a relay that failed is not usable."""
+    from installer.cli import run_install
+
+    args = build_parser().parse_args(["--host-root", str(tmp_path), "--once", "--ready-file", str(tmp_path / "ready"),
+                                      "--config-dir", str(tmp_path / "config")])
+    records: list[tuple[str, str]] = []
+    assert run_install(_FailingInstaller({}), args, threading.Event(), lambda s, r: records.append((s, r))) == 1
+    ready, why = probe(tmp_path / "ready")
+    assert ready and "kubelet stays on the container runtime" in why, why
+    assert records == [(node_record.INSTALL_FAILED, "install failed: the relay did not answer CRI Version within 60s")]
+    assert run_install(_FailingInstaller({"kubelet_target": "relay"}), args, threading.Event(),
+                       lambda s, r: records.append((s, r))) == 1
+    assert not probe(tmp_path / "ready")[0]

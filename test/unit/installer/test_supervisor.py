@@ -69,3 +69,20 @@ def test_a_missing_guard_is_written_again_only_while_kubelet_is_on_an_answering_
     # A silent relay is the fallback's business, not the guard's.
     silent = Health("active", "UNAVAILABLE", "unix:///var/run/cri-resmgr/cri-resmgr.sock", True, guard_intact=False)
     assert decide(SupervisorState(on_relay=True, last_answer=0), silent, 1, S).action == "none"
+
+
+def test_the_node_is_usable_except_while_kubelet_waits_on_a_dead_relay() -> None:
+    """Readiness means "node usable" (gardener-resource-manager lifts the critical-components taint on it):
+    a node on the fallback is usable though degraded; only the fallback step itself is not."""
+    d = decide(SupervisorState(on_relay=True, last_answer=0), Health("failed", "gone", "", False), 1, S)
+    assert d.action == "fallback" and not d.usable
+    st = SupervisorState(on_relay=True, last_answer=0)
+    decide(st, OK, 10, S)
+    assert decide(st, SILENT, 35, S).usable  # within the grace, kubelet's calls still get answers soon
+    assert not decide(st, SILENT, 41, S).usable
+    on_fallback = SupervisorState(on_relay=False, last_answer=0, fallbacks=[0])
+    d = decide(on_fallback, Health("failed", "gone", "", False), 61, S)
+    assert d.action == "restart-unit" and not d.ready and d.usable
+    flapped = SupervisorState(on_relay=False, last_answer=0, fallbacks=[0, 100, 200])
+    d = decide(flapped, OK, 210, S)
+    assert not d.ready and d.usable and "3 fallbacks" in d.reason

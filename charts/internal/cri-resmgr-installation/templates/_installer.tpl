@@ -7,6 +7,12 @@ metadata:
   namespace: kube-system
   labels:
     app.kubernetes.io/name: {{ .name }}
+    # gardener-resource-manager's node controller keeps a new node tainted
+    # (node.gardener.cloud/critical-components-not-ready) until the pods of every DaemonSet labelled so
+    # are scheduled and ready there (gardener v1.149.3 pkg/resourcemanager/controller/node/criticalcomponents).
+    # The installer is ready once the node is usable: on the relay, or on containerd after a failed
+    # install or a fallback (degraded, said in the node record and the Extension's health).
+    node.gardener.cloud/critical-component: "true"
 {{ include "cri-resmgr.labels" .root | indent 4 }}
 spec:
   selector:

@@ -97,3 +97,18 @@ def test_check_and_report_applies_the_threshold_to_a_stuck_roll():
     fresh = ext(last=("Reconcile", "Succeeded"))
     new = health.check_and_report(_Recorder(mr(progressing="True")), fresh, None)
     assert new["status"] == "Progressing"
+
+
+def test_an_unhealthy_rollout_names_the_nodes_whose_records_failed():
+    """A failing install makes the agent DaemonSet unavailable too; the health message says why, from the
+    node records, instead of the symptom alone. A healthy rollout still lets the records decide."""
+    failed = ("False", "HealthCheckUnsuccessful", "install failed on 1 node(s): n1: install failed: no unit")
+    new = health.check_and_report(_Recorder(mr(healthy="False")), ext(last=("Reconcile", "Succeeded")), None,
+                                  node_check=lambda m: failed)
+    assert new["status"] == "False" and new["message"].endswith("; " + failed[2])
+    new = health.check_and_report(_Recorder(mr(healthy="False")), ext(last=("Reconcile", "Succeeded")), None,
+                                  node_check=lambda m: ("Progressing", "HealthCheckProgressing", "n1: no record yet"))
+    assert new["status"] == "False" and "no record yet" not in new["message"]
+    new = health.check_and_report(_Recorder(mr()), ext(last=("Reconcile", "Succeeded")), None,
+                                  node_check=lambda m: failed)
+    assert (new["status"], new["message"]) == ("False", failed[2])
