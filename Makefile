@@ -83,6 +83,8 @@ lint: venv
 
 # Static pattern rule: make never applies implicit (%) rules to .PHONY targets. A benchmark runs longer
 # than a test (bench-policy: 9 policies x 2000 decisions); its bound is an hour, not pytest's 600 s.
+# bench-relay runs on Debian's containerd 1.6; CRI_RESMGR_TEST_CONTAINERD=containerd2 make bench-relay runs it on
+# containerd 2 (setup step containerd2). Its summary line names the version (containerd=...).
 bench-relay bench-policy bench-install bench-extension: bench-%: venv
 	$(PY) -m pytest -s -p no:cacheprovider -o addopts="" --timeout=3600 test/bench/bench_$*.py
 

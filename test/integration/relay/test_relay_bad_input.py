@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 from cri_api.v1 import api_pb2, api_pb2_grpc
+from fixtures.containerd import DEBIAN
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
 from fixtures.hypothesis_profiles import examples
 from hypothesis import HealthCheck, given, settings
@@ -90,6 +91,10 @@ def test_deadline_is_propagated(containerd, relay_ep, tmp_path):
 def test_get_container_events_answer_matches_runtime(containerd, relay_ep):
     """containerd 1.6 does not implement GetContainerEvents; the streaming path relays its answer."""
     _, ep = relay_ep
+    if containerd.runtime != DEBIAN:
+        # containerd 2 serves it: the first answer is whichever event comes first, different for two calls
+        # made one after the other. test_relay_cri_methods.py compares the events of one pod on both streams.
+        pytest.skip(f"{containerd.runtime} implements GetContainerEvents")
 
     def first_answer(endpoint: str):
         with grpc.insecure_channel(endpoint) as channel:
