@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 
 import pytest
 import yaml
@@ -24,6 +23,7 @@ from e2e import scenarios
 from e2e.gardener import shoot_ops
 from e2e.targets import LandscapeTarget
 from fixtures.landscape import seed_extension
+from fixtures.landscape.control_plane import iptables_save
 from fixtures.landscape.landscape import SHOOT_INTERNAL_DOMAIN
 
 from extension import node_proof
@@ -96,8 +96,7 @@ def test_install_and_uninstall_end_only_on_every_nodes_record(inside):
     # The seed as a real one: gardenlet's kubeconfig names the internal domain; NetworkPolicies are enforced.
     assert generic_kubeconfig_server(inside) == f"https://api.{SHOOT_INTERNAL_DOMAIN}"
     assert inside.seed.get_json("networkpolicy", "deny-all", "-n", seed_extension.NAMESPACE)
-    rules = subprocess.run(["iptables-save", "-t", "filter"], capture_output=True, text=True, check=True).stdout
-    assert "KUBE-ROUTER-FORWARD" in rules, "kube-router enforces no NetworkPolicy"
+    assert "KUBE-ROUTER-FORWARD" in iptables_save("filter"), "kube-router enforces no NetworkPolicy"
     shoot_ops.wait_until("SystemComponentsHealthy True", healthy_only_with_records, 600, 1)
     t.wait_reconciled()
 
