@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from fixtures import hypothesis_profiles
-from fixtures.containerd import Containerd, runtime_from_env
+from fixtures.containerd import Containerd, running_containerd, runtime_from_env
 from fixtures.seed_api import SeedAPI
 from fixtures.systemd_node import SystemdNode, extract_rootfs
 from fixtures.tools import Tools, find_tools
@@ -74,14 +74,8 @@ def seed_api(tools: Tools) -> Iterator[SeedAPI]:
 @pytest.fixture(scope="session")
 def containerd(tools: Tools) -> Iterator[Containerd]:
     """Debian's containerd 1.6, or containerd 2 with CRI_RESMGR_TEST_CONTAINERD=containerd2."""
-    # Short path: unix socket paths are limited to 108 bytes.
-    workdir = Path(tempfile.mkdtemp(prefix="ctrd-", dir="/tmp"))
-    ctrd = Containerd(tools, workdir, runtime=runtime_from_env())
-    try:
-        ctrd.start()
+    with running_containerd(tools, "ctrd-", runtime=runtime_from_env()) as ctrd:
         yield ctrd
-    finally:
-        ctrd.stop()
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,12 @@ import os
 import secrets
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from fixtures.containerd import Containerd
+from fixtures.containerd import Containerd, running_containerd
 from fixtures.hacks import load_hack
 from fixtures.landscape.netns import NetNS
 from fixtures.procs import free_port
@@ -74,13 +73,8 @@ def certs_dir(registry_mod: ModuleType, registry, tmp_path_factory: pytest.TempP
 @pytest.fixture(scope="module")
 def pulling_containerd(tools: Tools, certs_dir: Path) -> Iterator[Containerd]:
     """A containerd whose CRI pulls read certs_dir, as a landscape node's does."""
-    workdir = Path(tempfile.mkdtemp(prefix="ctrd-reg-", dir="/tmp"))
-    ctrd = Containerd(tools, workdir, registry_config_path=certs_dir)
-    try:
-        ctrd.start()
+    with running_containerd(tools, "ctrd-reg-", registry_config_path=certs_dir) as ctrd:
         yield ctrd
-    finally:
-        ctrd.stop()
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 from cri_api.v1 import api_pb2
-from fixtures.containerd import RUNTIMES, Containerd
+from fixtures.containerd import RUNTIMES, Containerd, running_containerd
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
 from fixtures.tools import Tools
 from google.protobuf.message import Message
@@ -38,13 +38,8 @@ EXACT, SHAPE = "exact", "shape"  # compare status, details and messages / status
 @pytest.fixture(scope="module", params=RUNTIMES)
 def runtime(request, tools: Tools) -> Iterator[Containerd]:
     """A containerd of each kind, for this module alone (a few seconds to start)."""
-    workdir = Path(tempfile.mkdtemp(prefix="ctrd-m-", dir="/tmp"))
-    ctrd = Containerd(tools, workdir, runtime=request.param)
-    try:
-        ctrd.start()
+    with running_containerd(tools, "ctrd-m-", runtime=request.param) as ctrd:
         yield ctrd
-    finally:
-        ctrd.stop()
 
 
 @pytest.fixture(scope="module")
