@@ -394,14 +394,14 @@ EOF
 
 step_rootfs() {
   local out="$CACHE/rootfs/$DEBIAN_SUITE.tar.zst"
-  local key="debootstrap minbase $DEBIAN_SUITE systemd,systemd-sysv,dbus,python3,iproute2,procps v1"
+  local key="debootstrap minbase $DEBIAN_SUITE systemd,systemd-sysv,dbus,python3,iproute2,procps,logrotate v1"
   if stamp_ok "$out" "$key"; then log "rootfs: cached ($out)"; return; fi
   local mirror="${DEBIAN_MIRROR:-}"
   [ -n "$mirror" ] || mirror=$(apt_mirror_for "$DEBIAN_SUITE") \
     || die "no apt source on this machine serves '$DEBIAN_SUITE' main; set DEBIAN_MIRROR=<mirror URL>"
   local tmp; tmp=$(mktemp -d "$CACHE/rootfs-build.XXXX")
   log "rootfs: debootstrap $DEBIAN_SUITE from $mirror (about a minute, once)"
-  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,python3,iproute2,procps \
+  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,python3,iproute2,procps,logrotate \
     "$DEBIAN_SUITE" "$tmp/root" "$mirror" > "$tmp/debootstrap.log" 2>&1 \
     || { tail -20 "$tmp/debootstrap.log" >&2; die "debootstrap failed (see above); is $mirror reachable?"; }
   # Boot quietly and fast inside systemd-nspawn.

@@ -57,7 +57,10 @@ install mode (default):
   unit is restarted every --restart-backoff seconds; once the relay has been
   healthy for --recover-after seconds, kubelet is pointed at it again (after
   --max-fallbacks fallbacks within an hour it stays on containerd until the pod
-  restarts).
+  restarts). Each fallback, recovery and repoint restarts kubelet; a recovery or
+  repoint waits while it would leave no room for one more fallback within
+  --max-kubelet-restarts per --kubelet-restart-window (4 per 600 s): gardener-node-agent
+  warns at 5 NotReady-Ready toggles of a node within 10 minutes.
 
 uninstall mode (--mode uninstall or CRI_RESMGR_INSTALLER_MODE=uninstall; never
 on SIGTERM): kubelet back to containerd (verified), stop and disable the unit,
@@ -124,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="while on the fallback, restart a failed unit at most this often (default: %(default)s)")
     p.add_argument("--max-fallbacks", type=int, default=3,
                    help="after this many fallbacks within an hour, stay on containerd (default: %(default)s)")
+    p.add_argument("--max-kubelet-restarts", type=int, default=4, metavar="N",
+                   help="kubelet restarts (fallbacks, recoveries, repoints) allowed per --kubelet-restart-window; "
+                        "recoveries and repoints wait to keep one for a fallback (default: %(default)s)")
+    p.add_argument("--kubelet-restart-window", type=float, default=600.0, metavar="S",
+                   help="the window --max-kubelet-restarts counts in (default: %(default)s)")
     p.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
                    help="this node's name, for its node record (default: $NODE_NAME)")
     p.add_argument("--digest", default=os.environ.get(DIGEST_ENV, ""),
@@ -154,7 +162,9 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
                 record: Recorder = _no_record) -> int:
     sup_settings = SupervisorSettings(interval_s=args.check_interval, relay_timeout_s=args.relay_timeout,
                                       recover_after_s=args.recover_after, restart_backoff_s=args.restart_backoff,
-                                      max_fallbacks=args.max_fallbacks)
+                                      max_fallbacks=args.max_fallbacks,
+                                      max_kubelet_restarts=args.max_kubelet_restarts,
+                                      kubelet_restart_window_s=args.kubelet_restart_window)
     install_error = ""  # why this rollout's install failed; every readiness report carries it
 
     def report(decision: Decision) -> None:
@@ -264,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         mode = resolve_mode(args.mode)
     except ValueError as exc:
         print(f"cri-resmgr-installer: {exc}", file=sys.stderr)
+        return 2
+    if args.max_kubelet_restarts < 2:
+        print(f"cri-resmgr-installer: --max-kubelet-restarts {args.max_kubelet_restarts}: at least 2 "
+              "(room for a recovery and a fallback)", file=sys.stderr)
         return 2
     if mode == "install" and not args.binary.is_file():
         print(f"cri-resmgr-installer: --binary {args.binary} is not a file", file=sys.stderr)

@@ -24,6 +24,14 @@ workloads on containerd; the degradation shows in the node record and the Extens
   gardener-node-agent removes ``kubelet.service.d`` whole whenever it rewrites kubelet.service, and restarts
   kubelet, which still reads the repoint from ``/var/lib/kubelet/extra_args``. Write the guard again, so the
   next kubelet start (a reboot) is guarded; no kubelet restart.
+
+**Kubelet restart budget.** Every fallback, recover and repoint restarts kubelet, and each restart is a
+NotReady→Ready toggle of the Node. gardener-node-agent counts those: at 5 within 10 minutes it warns that
+the node should be rebooted (gardener v1.149.3 pkg/nodeagent/controller/healthcheck/kubelet.go,
+``maxToggles``/``toggleTimeSpan``; before v1.128 it rebooted the node). So a recover or repoint waits while
+it would leave no room for one more fallback within ``max_kubelet_restarts`` per ``kubelet_restart_window_s``
+(4 per 10 minutes): a crash-looping relay alone never reaches node-agent's count. A fallback is never held
+back: it is what keeps the node usable.
 """
 
 from __future__ import annotations
@@ -48,6 +56,12 @@ class SupervisorSettings:
     restart_backoff_s: float = 60.0
     max_fallbacks: int = 3
     fallback_window_s: float = 3600.0
+    max_kubelet_restarts: int = 4  # below gardener-node-agent's 5 toggles ...
+    kubelet_restart_window_s: float = 600.0  # ... within 10 minutes
+
+    def __post_init__(self) -> None:
+        if self.max_kubelet_restarts < 2:
+            raise ValueError(f"max_kubelet_restarts={self.max_kubelet_restarts}: at least 2 (recovery + fallback)")
 
 
 @dataclass(frozen=True)
@@ -66,6 +80,7 @@ class SupervisorState:
     healthy_since: float | None = None
     last_restart_attempt: float = float("-inf")
     fallbacks: list[float] = field(default_factory=list)
+    kubelet_restarts: list[float] = field(default_factory=list)  # when this supervisor restarted kubelet
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,16 @@ class Decision:
     # The node is usable: kubelet's runtime answers, through the relay or (after a fallback) containerd itself.
     # False only while kubelet is still pointed at a relay that stopped serving (the fallback is under way).
     usable: bool = True
+
+
+def restart_budget_wait(state: SupervisorState, now: float, s: SupervisorSettings) -> float:
+    """Seconds until a kubelet restart that is not a fallback fits the budget (0: it fits now); it must
+    leave room for one fallback within ``max_kubelet_restarts`` per ``kubelet_restart_window_s``."""
+    recent = sorted(t for t in state.kubelet_restarts if now - t < s.kubelet_restart_window_s)
+    excess = len(recent) - (s.max_kubelet_restarts - 2)  # this restart and one fallback must still fit
+    if excess <= 0:
+        return 0.0
+    return recent[excess - 1] + s.kubelet_restart_window_s - now
 
 
 def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSettings) -> Decision:
@@ -98,6 +123,10 @@ def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSett
         if not answered:
             return Decision("none", True, f"the relay has not answered for {silent:.0f}s: {health.relay_error}")
         if health.kubelet_endpoint and not health.kubelet_on_relay:
+            wait = restart_budget_wait(state, now, s)
+            if wait > 0:
+                return Decision("none", True, f"kubelet runs against {health.kubelet_endpoint}, not the relay; "
+                                              f"repointing it in {wait:.0f}s ({_budget(s)})")
             return Decision("repoint", True,
                             f"kubelet runs against {health.kubelet_endpoint}, not the relay; repointing it")
         if not health.guard_intact:
@@ -116,11 +145,33 @@ def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSett
             return Decision("restart-unit", False, f"{base}; restarting {node_files.UNIT} ({health.unit_state})")
         return Decision("none", False, f"{base}: {node_files.UNIT} is {health.unit_state}")
     if healthy and state.healthy_since is not None and now - state.healthy_since >= s.recover_after_s:
+        wait = restart_budget_wait(state, now, s)
+        if wait > 0:
+            return Decision("none", False, f"{base}: the relay is healthy; pointing kubelet at it in {wait:.0f}s "
+                                           f"({_budget(s)})")
         return Decision("recover", True, f"the relay has been healthy for {now - state.healthy_since:.0f}s; "
                                          "pointing kubelet at it again")
     detail = "relay answers, waiting for it to stay healthy" if healthy else (
         f"{node_files.UNIT} is {health.unit_state}, relay: {health.relay_error or 'answers'}")
     return Decision("none", False, f"{base}: {detail}")
+
+
+def record(state: SupervisorState, decision: Decision, now: float) -> None:
+    """What a performed action does to the supervisor's own state (``now``: when it was done)."""
+    if decision.action in ("fallback", "recover", "repoint"):
+        state.kubelet_restarts.append(now)
+    if decision.action == "fallback":
+        state.on_relay = False
+        state.fallbacks.append(now)
+        state.last_restart_attempt = now  # give systemd's own restarts time first
+    elif decision.action in ("recover", "repoint"):
+        state.on_relay = True
+        state.last_answer = now
+
+
+def _budget(s: SupervisorSettings) -> str:
+    return (f"at most {s.max_kubelet_restarts} kubelet restarts per {s.kubelet_restart_window_s:g}s, one kept for a "
+            "fallback; gardener-node-agent warns at 5 NotReady-Ready toggles in 10 minutes")
 
 
 class Supervisor:
@@ -156,9 +207,6 @@ class Supervisor:
         self.report(decision)
         if decision.action == "fallback":
             self.installer.point_kubelet_at_runtime(decision.reason)
-            self.state.on_relay = False
-            self.state.fallbacks.append(now)
-            self.state.last_restart_attempt = now  # give systemd's own restarts time first
         elif decision.action == "restart-unit":
             systemd.reset_failed(self.installer.host, node_files.UNIT)
             systemd.restart(self.installer.host, node_files.UNIT)
@@ -166,6 +214,5 @@ class Supervisor:
             self.installer.put_kubelet_guard()
         elif decision.action in ("recover", "repoint"):
             self.installer.point_kubelet_at_relay()
-            self.state.on_relay = True
-            self.state.last_answer = time.monotonic()
+        record(self.state, decision, time.monotonic())
         return decision

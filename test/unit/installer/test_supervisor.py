@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from installer.supervisor import Health, SupervisorSettings, SupervisorState, decide
+from installer.supervisor import Health, SupervisorSettings, SupervisorState, decide, record
 
 S = SupervisorSettings(interval_s=5, relay_timeout_s=30, recover_after_s=30, restart_backoff_s=60, max_fallbacks=3)
 OK = Health("active", None, "unix:///var/run/cri-resmgr/cri-resmgr.sock", True)
@@ -86,3 +86,47 @@ def test_the_node_is_usable_except_while_kubelet_waits_on_a_dead_relay() -> None
     flapped = SupervisorState(on_relay=False, last_answer=0, fallbacks=[0, 100, 200])
     d = decide(flapped, OK, 210, S)
     assert not d.ready and d.usable and "3 fallbacks" in d.reason
+
+
+def _crash_loop(settings: SupervisorSettings, serves_s: float = 45, hours: float = 1) -> list[float]:
+    """A relay that answers for ``serves_s`` after every start and then fails, supervised every 5 s for
+    ``hours``; returns when the supervisor restarted kubelet."""
+    st = SupervisorState(on_relay=True, last_answer=0)
+    started = 0.0
+    now = 0.0
+    while now < hours * 3600:
+        up = now - started < serves_s
+        endpoint = "unix:///var/run/cri-resmgr/cri-resmgr.sock" if st.on_relay else "unix:///run/containerd/containerd.sock"
+        health = Health("active" if up else "failed", None if up else "gone", endpoint, st.on_relay)
+        d = decide(st, health, now, settings)
+        if d.action == "restart-unit":
+            started = now
+        record(st, d, now)
+        now += settings.interval_s
+    return st.kubelet_restarts
+
+
+def _most_in_window(times: list[float], window: float) -> int:
+    return max((sum(1 for u in times if t <= u < t + window) for t in times), default=0)
+
+
+def test_a_crash_looping_relay_stays_below_node_agents_toggle_count() -> None:
+    """gardener-node-agent warns (and before v1.128 rebooted) at 5 NotReady->Ready toggles within 10 minutes;
+    every fallback, recover and repoint is a kubelet restart, so the supervisor keeps them at 4 per 10
+    minutes, one kept for a fallback. Without the budget the same loop restarts kubelet 5 times in 10 minutes."""
+    restarts = _crash_loop(S)
+    assert len(restarts) >= 4  # it did fall back and recover
+    assert _most_in_window(restarts, 600) <= 4
+    unbounded = SupervisorSettings(**{**S.__dict__, "max_kubelet_restarts": 100})
+    assert _most_in_window(_crash_loop(unbounded), 600) >= 5
+
+
+def test_a_recovery_waits_for_the_restart_budget_but_a_fallback_never_does() -> None:
+    st = SupervisorState(on_relay=False, last_answer=0, fallbacks=[100], kubelet_restarts=[0, 50, 100])
+    decide(st, OK, 110, S)
+    d = decide(st, OK, 150, S)
+    assert d.action == "none" and "kubelet restarts" in d.reason and "gardener-node-agent" in d.reason
+    assert decide(st, OK, 599, S).action == "none"
+    assert decide(st, OK, 600, S).action == "recover"  # the restart at 0 has left the 10-minute window
+    full = SupervisorState(on_relay=True, last_answer=0, kubelet_restarts=[0, 50, 100, 150])
+    assert decide(full, Health("failed", "gone", "", False), 160, S).action == "fallback"
