@@ -9,6 +9,7 @@
 #   bin/{kube-apiserver,kubelet,kube-controller-manager,kube-scheduler,kube-proxy}   k8s.io/kubernetes
 #   bin/{gardener-resource-manager,gardener-apiserver,gardener-controller-manager,gardenlet,gardener-node-agent}
 #                                 github.com/gardener/gardener (same version as the CRDs)
+#   bin/gardener-node-agent-next  the same node-agent linked as version GARDENER_VERSION-landscape.1 (its update target)
 #   bin/{coredns,kube-router}     the seed's cluster DNS and NetworkPolicy enforcer
 #   bin/{helm,kubectl,crictl,critest}
 #   bin/containerd2/{containerd,containerd-shim-runc-v2,ctr}   containerd 2 (a directory of its own: Debian's 1.6 stays the default)
@@ -24,6 +25,9 @@ GARDENER_VERSION="${GARDENER_VERSION:-v1.149.3}"
 # resource managers; garden API server, controller manager and gardenlet for the ControllerInstallation path;
 # gardener-node-agent for the nodes.
 GARDENER_COMPONENTS=(gardener-resource-manager gardener-apiserver gardener-controller-manager gardenlet gardener-node-agent)
+# The landscape's "node-agent updates itself" case needs a second node-agent differing only in its version, which
+# names its config file (config-<version>.yaml; docs/development/current-gardener.md, "How it updates itself").
+NODE_AGENT_NEXT_VERSION="$GARDENER_VERSION-landscape.1"
 # The seed's cluster DNS (a CoreDNS, as every Gardener seed runs) and its NetworkPolicy enforcer.
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 # kube-router's iptables+ipset NetworkPolicy controller: this kernel lacks CONFIG_NFT_QUEUE, so the
@@ -186,35 +190,54 @@ step_kube_components() {
 # pkg/apis v1.143.0 (dragged in by other modules) and the build fails (docs/development/current-gardener.md).
 step_gardener() {
   local key="github.com/gardener/gardener@$GARDENER_VERSION+pkg/apis ldflags-version ${GARDENER_COMPONENTS[*]}" c
+  # Its own key: adding it left the five binaries above cached.
+  local next_key="github.com/gardener/gardener@$GARDENER_VERSION+pkg/apis cmd/gardener-node-agent gitVersion=$NODE_AGENT_NEXT_VERSION"
   local all_cached=1
   for c in "${GARDENER_COMPONENTS[@]}"; do stamp_ok "$BIN/$c" "$key" || all_cached=0; done
-  if [ "$all_cached" = 1 ]; then log "gardener: cached ($key)"; return; fi
-  local dir="$BUILD/gardener-$GARDENER_VERSION"
-  mkdir -p "$dir"
-  log "gardener: preparing a build module for github.com/gardener/gardener@$GARDENER_VERSION"
-  printf 'module local/gardener-build\n\ngo 1.26.5\n\nrequire (\n\tgithub.com/gardener/gardener %s\n\tgithub.com/gardener/gardener/pkg/apis %s\n)\n' \
-    "$GARDENER_VERSION" "$GARDENER_VERSION" > "$dir/go.mod"
+  stamp_ok "$BIN/gardener-node-agent-next" "$next_key" || all_cached=0
+  if [ "$all_cached" = 1 ]; then log "gardener: cached ($key; gardener-node-agent-next $NODE_AGENT_NEXT_VERSION)"; return; fi
+  local dir="$BUILD/gardener-$GARDENER_VERSION" tools
   # Keeps `go mod tidy` from dropping the commands' dependencies.
-  { printf '//go:build tools\n\npackage tools\n\nimport (\n'
-    for c in "${GARDENER_COMPONENTS[@]}"; do printf '\t_ "github.com/gardener/gardener/cmd/%s"\n' "$c"; done
-    printf ')\n'; } > "$dir/tools.go"
-  rm -f "$dir/go.sum" "$dir/main.go"
-  (cd "$dir" && with_registry "go mod tidy for gardener" go mod tidy >/dev/null 2>&1)
-  # The version ldflags are not cosmetic: gardener-node-agent's config file name and gardenlet's version-skew
-  # check read them (docs/development/current-gardener.md section 1).
+  tools=$(printf '//go:build tools\n\npackage tools\n\nimport (\n'
+          for c in "${GARDENER_COMPONENTS[@]}"; do printf '\t_ "github.com/gardener/gardener/cmd/%s"\n' "$c"; done
+          printf ')\n')
+  # The module is tidied once per version and command list (about a minute); a later build only links.
+  if ! [ -f "$dir/go.sum" ] || [ "$(cat "$dir/tools.go" 2>/dev/null)" != "$tools" ]; then
+    mkdir -p "$dir"
+    log "gardener: preparing a build module for github.com/gardener/gardener@$GARDENER_VERSION"
+    printf 'module local/gardener-build\n\ngo 1.26.5\n\nrequire (\n\tgithub.com/gardener/gardener %s\n\tgithub.com/gardener/gardener/pkg/apis %s\n)\n' \
+      "$GARDENER_VERSION" "$GARDENER_VERSION" > "$dir/go.mod"
+    printf '%s\n' "$tools" > "$dir/tools.go"
+    rm -f "$dir/go.sum" "$dir/main.go"
+    (cd "$dir" && with_registry "go mod tidy for gardener" go mod tidy >/dev/null 2>&1)
+  fi
+  for c in "${GARDENER_COMPONENTS[@]}"; do
+    stamp_ok "$BIN/$c" "$key" && continue
+    log "$c: compiling (the first takes minutes on 2 cores, once; the others share its packages)"
+    gardener_build "$dir" "$c" "$c" "$GARDENER_VERSION" "$key"
+  done
+  if ! stamp_ok "$BIN/gardener-node-agent-next" "$next_key"; then
+    log "gardener-node-agent-next: linking the node-agent as $NODE_AGENT_NEXT_VERSION (its compiled packages are reused)"
+    gardener_build "$dir" gardener-node-agent gardener-node-agent-next "$NODE_AGENT_NEXT_VERSION" "$next_key"
+  fi
+}
+
+# gardener_build MODULE_DIR COMMAND NAME GITVERSION KEY: cmd/COMMAND as $BIN/NAME, reporting GITVERSION.
+# The version ldflags are not cosmetic: gardener-node-agent's config file name and gardenlet's version-skew
+# check read them (docs/development/current-gardener.md section 1).
+gardener_build() {
+  local dir="$1" cmd="$2" name="$3" version="$4" key="$5"
   local vpkg=k8s.io/component-base/version v="${GARDENER_VERSION#v}"
-  local ldflags="-s -w -X $vpkg.gitVersion=$GARDENER_VERSION -X $vpkg.gitMajor=${v%%.*}"
+  local ldflags="-s -w -X $vpkg.gitVersion=$version -X $vpkg.gitMajor=${v%%.*}"
   v="${v#*.}"; ldflags="$ldflags -X $vpkg.gitMinor=${v%%.*} -X $vpkg.gitTreeState=clean"
   ldflags="$ldflags -X $vpkg.buildDate=1970-01-01T00:00:00Z"
-  for c in "${GARDENER_COMPONENTS[@]}"; do
-    if stamp_ok "$BIN/$c" "$key"; then continue; fi
-    log "$c: compiling (the first takes minutes on 2 cores, once; the others share its packages)"
-    (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN/$c.new" "github.com/gardener/gardener/cmd/$c") \
-      || die "building $c failed"
-    mv "$BIN/$c.new" "$BIN/$c"
-    stamp_set "$BIN/$c" "$key"
-    log "$c: $("$BIN/$c" --version 2>&1 | head -1)"
-  done
+  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN/$name.new" "github.com/gardener/gardener/cmd/$cmd") \
+    || die "building $name failed"
+  mv "$BIN/$name.new" "$BIN/$name"
+  local got; got=$("$BIN/$name" --version 2>&1 | head -1)
+  [ "${got##* }" = "$version" ] || die "$name --version says '$got', expected $version"
+  stamp_set "$BIN/$name" "$key"
+  log "$name: $got"
 }
 
 # One Go command from a throwaway module: go_module_build NAME KEY MODULE@VERSION PACKAGE [LDFLAGS] [main.go text]
