@@ -6,6 +6,8 @@ node-agent brings up from their OperatingSystemConfig Secrets (fixtures/landscap
   writes the guard again; kubelet stays on the relay; no pod is lost.
 * an OSC change of containerd's config: node-agent merges it and restarts containerd. The relay rides
   through; the pods keep running; a new pod is placed.
+* node-agent updating itself (a new binary from an image, its config under the new version's name):
+  kubelet, the relay and the guard are left alone.
 * a crash-looping relay: the supervisor's kubelet restarts stay below node-agent's count of 5
   NotReady->Ready toggles in 10 minutes (the Node's NodeReady events, which are those toggles), and
   node-agent never warns.
@@ -24,7 +26,8 @@ import pytest
 from e2e import scenarios
 from e2e.gardener import shoot_ops
 from e2e.targets import LandscapeTarget
-from fixtures.landscape import osc
+from fixtures.landscape import node_agent_image, osc
+from fixtures.landscape.node import NODE_AGENT_VERSION
 from fixtures.landscape.node_checks import NodeRunner
 from fixtures.landscape.workloads import exclusive_cpus, guaranteed_pod, wait_pod_running
 from fixtures.waiting import wait_until
@@ -36,6 +39,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 INSTALLER = "app.kubernetes.io/name=cri-resmgr-installer"
 # gardener v1.149.3 pkg/nodeagent/controller/healthcheck/kubelet.go: the event at the 5th toggle in 10 minutes.
 TOGGLE_WARNING = "toggled between NotReady and Ready"
+# Gardener's image of node-agent (its image vector), served here by the landscape's registry mirror.
+NODE_AGENT_IMAGE = "europe-docker.pkg.dev/gardener-project/releases/gardener/node-agent"
+NODE_AGENT_NEXT_VERSION = f"{NODE_AGENT_VERSION}-landscape.1"  # setup step gardener: gardener-node-agent-next
 
 
 def say(msg: str) -> None:
@@ -90,7 +96,7 @@ def installer_pod(shoot, node: str) -> str:
     return pods["items"][0]["metadata"]["name"]
 
 
-def test_the_installer_lives_with_gardener_node_agent(target, inside):
+def test_the_installer_lives_with_gardener_node_agent(target, inside, tmp_path):
     land = inside
     target.create()
     target.enable(scenarios.provider_config())
@@ -121,12 +127,13 @@ def test_the_installer_lives_with_gardener_node_agent(target, inside):
     assert shoot_ops.node_kubelet_endpoint(runner) == relay
     assert pod_state(shoot, "lives-with-node-agent") == before, "a pod was lost or restarted"
 
-    # 2. A containerd-config change: node-agent merges the plugin values and restarts containerd.
+    # 2. A containerd-config change: node-agent merges the plugin values and restarts containerd. (Not an integer
+    # value: node-agent v1.149.3 writes it as a TOML float, and containerd 2.4.2 then refuses to start.)
     containerd_before, relay_before = unit_pid(n, "containerd.service"), unit_pid(n, node_files.UNIT)
-    land.set_osc(node, osc.with_containerd_plugin(node.osc, {"path": ["io.containerd.cri.v1.runtime"],
-                                                             "values": {"max_container_log_line_size": 32768}}))
+    plugin = {"path": ["io.containerd.cri.v1.runtime"], "values": {"device_ownership_from_security_context": True}}
+    land.set_osc(node, osc.with_containerd_plugin(node.osc, plugin))
     land.wait_osc_applied([node])
-    assert "max_container_log_line_size = 32768" in n.read_file("/etc/containerd/config.toml").decode()
+    assert "device_ownership_from_security_context = true" in n.read_file("/etc/containerd/config.toml").decode()
     assert unit_pid(n, "containerd.service") != containerd_before, "node-agent did not restart containerd"
     assert unit_pid(n, node_files.UNIT) == relay_before, "the relay restarted with containerd"
     wait_until("kubelet on the relay", shoot_ops.installed_check(runner), 120, 1)
@@ -137,6 +144,25 @@ def test_the_installer_lives_with_gardener_node_agent(target, inside):
     mine, _ = exclusive_cpus(node, pod)
     say(f"containerd restarted by node-agent; the relay ({relay_before}) rode through; a new pod got CPUs {mine}")
     shoot.run("delete", "pod", "after-containerd-restart", "--wait=false")
+
+    # 4. node-agent updates itself: the OSC names a new image of its binary and its config under the new
+    # version's name; it pulls the binary through containerd, restarts into it, and the new one finishes the job.
+    next_binary = land.tools.cache / "bin" / "gardener-node-agent-next"
+    image = f"{NODE_AGENT_IMAGE}:{NODE_AGENT_NEXT_VERSION}"
+    land.push_image(node_agent_image.image_archive(next_binary, image, tmp_path / "node-agent-next.tar"))
+    agent_before, kubelet_before = unit_pid(n, "gardener-node-agent.service"), unit_pid(n, "kubelet.service")
+    guard_before = guard_identity(n)
+    land.set_osc(node, osc.with_node_agent_update(node.osc, NODE_AGENT_VERSION, NODE_AGENT_NEXT_VERSION, image))
+    land.wait_osc_applied([node])
+    assert NODE_AGENT_NEXT_VERSION in n.run([osc.NODE_AGENT_BINARY, "--version"]).stdout
+    wait_until("node-agent running its new binary", lambda: (
+        unit_pid(n, "gardener-node-agent.service") not in ("0", agent_before)
+        and n.run(["readlink", f"/proc/{unit_pid(n, 'gardener-node-agent.service')}/exe"], check=False
+                  ).stdout.strip() == osc.NODE_AGENT_BINARY,
+        f"pid {unit_pid(n, 'gardener-node-agent.service')} (was {agent_before})"), 60, 1)
+    assert unit_pid(n, "kubelet.service") == kubelet_before, "node-agent's update restarted kubelet"
+    assert guard_identity(n) == guard_before and shoot_ops.node_kubelet_endpoint(runner) == relay
+    say(f"node-agent updated itself to {NODE_AGENT_NEXT_VERSION}; kubelet, the relay and the guard untouched")
 
     # 3. A relay that serves for 45 s after every start, then is silent for 40 s and exits: the supervisor falls
     # back (silent > 30 s), systemd restarts it, the supervisor recovers, and so on; each restarts kubelet.
