@@ -83,8 +83,10 @@ lint: venv
 
 # Static pattern rule: make never applies implicit (%) rules to .PHONY targets. A benchmark runs longer
 # than a test (bench-policy: 9 policies x 2000 decisions); its bound is an hour, not pytest's 600 s.
-# bench-relay runs on Debian's containerd 1.6; CRI_RESMGR_TEST_CONTAINERD=containerd2 make bench-relay runs it on
-# containerd 2 (setup step containerd2). Its summary line names the version (containerd=...).
+# bench-relay measures what a node runs: the one-file build (_out/bin/cri-resmgr, which the bench brings up to
+# date itself with hacks/build-executable.sh, as build-exe does; its bootloader counts in every RSS figure) on
+# containerd 2 (setup step containerd2). RELAY_BENCH_EXE=venv measures the venv's cri-resmgr instead,
+# CRI_RESMGR_TEST_CONTAINERD=debian Debian's containerd 1.6. The summary line says which (build=..., containerd=...).
 bench-relay bench-policy bench-install bench-extension: bench-%: venv
 	$(PY) -m pytest -s -p no:cacheprovider -o addopts="" --timeout=3600 test/bench/bench_$*.py
 

@@ -7,29 +7,35 @@ machine noise hits both alike. The LAST line printed is the summary:
 
     relay: added_p50_ms=<x> added_p99_ms=<y> podstart_ratio=<r> rss_mb=<m> idle_cpu_pct=<c>
            concurrent8_ratio=<a> concurrent32_ratio=<b> max_request_mib=<s> idle_rss_mb=<i>
-           soak_rss_growth_pct=<g> soak_failed_calls=<f> containerd=<version>
+           soak_rss_growth_pct=<g> soak_failed_calls=<f> containerd=<version> build=<onefile|venv|exe>
+
+By default it measures what a node runs: the shipped one-file build (hacks/build-executable.sh, `make build-exe`:
+_out/bin/cri-resmgr; the bench builds it first when its sources changed, in seconds when they did not) on
+containerd 2 (setup step containerd2), as current Gardener nodes run it. A one-file build runs as a small
+bootloader process and the relay as its child; every RSS and CPU figure is the whole process tree's
+(bootloader + relay), as the node pays it, and the start-up lines show the split.
 
 concurrentN_ratio: wall time of N pod starts at once on one connection (as kubelet's), through
 the relay over direct. max_request_mib: the largest CreateContainer that passes the relay, tried
 in steps up to just under containerd's 16 MiB limit (reported as 16); it runs last, so that its
-16 MiB buffers are in none of the RSS figures. idle_rss_mb: the relay's RSS after start and a few
+16 MiB buffers are in none of the RSS figures. idle_rss_mb: the RSS after start and a few
 hundred Version calls, before any container exists. rss_mb: the largest RSS during the relist
 window, with 110 containers. soak_rss_growth_pct: the 32-client mix of test/bench/relay_load.py
 (28 unary callers, 3 event streams, 1 pod churner) runs for a 1-minute warm-up, then for the soak;
 the growth is the soak's largest RSS over the RSS at its start, in percent. soak_failed_calls: calls
 of the mix that did not get through (UNAVAILABLE, INTERNAL, ...; the runtime's own answers such as
 NOT_FOUND for a container the churner just removed do not count); target 0. containerd: the version of the
-containerd both sides ran against, as `containerd --version` prints it.
+containerd both sides ran against, as `containerd --version` prints it. build: what ran as the relay
+(onefile: the shipped build; venv: the venv's `cri-resmgr`; exe: RELAY_BENCH_EXE's executable).
 
 Targets (reported, not asserted): added_p50_ms <= 0.10, podstart_ratio <= 1.02, rss_mb <= 30,
 idle_cpu_pct <= 0.5, concurrentN_ratio <= 1.10, max_request_mib >= 16, soak_rss_growth_pct <= 5.
-Environment: CRI_RESMGR_TEST_CONTAINERD=containerd2 runs it against containerd 2 (setup step containerd2)
-instead of Debian's containerd 1.6; RELAY_BENCH_ARGS adds cri-resmgr flags (to compare options);
-RELAY_BENCH_IDLE_S sets the relist window (default 30 s); RELAY_BENCH_SOAK_S the soak (default 300 s,
-after the 60 s warm-up; RELAY_BENCH_WARMUP_S changes that); RELAY_BENCH_EXE runs another cri-resmgr
-executable, such as the shipped one-file build (`make build-exe`: _out/bin/cri-resmgr). A one-file
-build runs as a small bootloader process and the relay as its child: rss_mb and idle_cpu_pct are the
-relay's, and the bootloader's RSS is printed on its own line.
+Environment: CRI_RESMGR_TEST_CONTAINERD=debian runs it against Debian's containerd 1.6 instead of
+containerd 2; RELAY_BENCH_EXE=venv runs the venv's `cri-resmgr` (the Python sources of this checkout, no
+bootloader) instead of the one-file build, and RELAY_BENCH_EXE=<path> another cri-resmgr executable, as is;
+RELAY_BENCH_ARGS adds cri-resmgr flags (to compare options); RELAY_BENCH_IDLE_S sets the relist window
+(default 30 s); RELAY_BENCH_SOAK_S the soak (default 300 s, after the 60 s warm-up; RELAY_BENCH_WARMUP_S
+changes that).
 """
 
 from __future__ import annotations
@@ -42,13 +48,18 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 from bench.relay_load import LoadMix, container_config, pod_config, soak
 from cri_api.v1 import api_pb2, api_pb2_grpc
-from integration.relay.relay_process import RelayProcess
+from fixtures.containerd import CONTAINERD2, Containerd, running_containerd, runtime_from_env
+from fixtures.hacks import build_executable
+from fixtures.procfs import descendants, private_kib, rss_kib, tree_cpu_seconds, tree_rss_kib
+from fixtures.tools import Tools
+from integration.relay.relay_process import RelayProcess, cri_resmgr_executable
 
 CONTAINERS = 110
 PODS = 22  # 5 containers each
@@ -82,24 +93,36 @@ def interleaved(direct_call, relay_call, rounds: int, per_round: int) -> tuple[l
     return direct, relayed
 
 
-def proc_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+EXE_ENV = "RELAY_BENCH_EXE"
+ONEFILE, VENV, EXE = "onefile", "venv", "exe"
 
 
-def proc_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
+def relay_build(choice: str) -> tuple[str, str]:
+    """(executable, build) for RELAY_BENCH_EXE's value: unset or "onefile" the shipped one-file build, brought up
+    to date first; "venv" the venv's cri-resmgr; anything else a path to run as it is."""
+    if choice in ("", ONEFILE):
+        return str(build_executable()), ONEFILE
+    if choice == VENV:
+        return cri_resmgr_executable(), VENV
+    return choice, EXE
 
 
-def relay_process_pid(pid: int) -> int:
-    """The process that relays: ``pid``, or its only child when ``pid`` is a one-file bootloader."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    if len(children) == 1 and Path(f"/proc/{children[0]}/exe").resolve() == Path(f"/proc/{pid}/exe").resolve():
-        return int(children[0])
-    return pid
+def rss_mb(pid: int) -> float:
+    """The RSS of ``pid`` and every process below it: a one-file build's bootloader and its relay."""
+    return tree_rss_kib(pid) / 1024
+
+
+def rss_split(pid: int) -> str:
+    """Each process's share of rss_mb, and how much of it is its own (the rest: shared libraries' pages)."""
+    return " + ".join(f"pid {p} {rss_kib(p) / 1024:.1f} MB (private {private_kib(p) / 1024:.1f})"
+                      for p in [pid, *descendants(pid)])
+
+
+@pytest.fixture(scope="module")
+def bench_containerd(tools: Tools) -> Iterator[Containerd]:
+    """containerd 2 as current Gardener nodes run it, or the runtime CRI_RESMGR_TEST_CONTAINERD names."""
+    with running_containerd(tools, "ctrd-", runtime=runtime_from_env(default=CONTAINERD2)) as ctrd:
+        yield ctrd
 
 
 def start_pod(stub: api_pb2_grpc.RuntimeServiceStub, name: str, image: str, containers: int = 1) -> str:
@@ -186,29 +209,27 @@ def report(name: str, direct: list[float], relayed: list[float]) -> None:
 
 # The soak alone is 6 minutes by default; the whole run takes 20 on a busy machine.
 @pytest.mark.timeout(int(os.environ.get("RELAY_BENCH_SOAK_S", "300")) + 2400)
-def test_bench_relay(containerd):
+def test_bench_relay(bench_containerd: Containerd) -> None:
+    containerd = bench_containerd
     workdir = Path(tempfile.mkdtemp(prefix="bench-relay-", dir="/tmp"))
     extra = shlex.split(os.environ.get("RELAY_BENCH_ARGS", ""))
     idle_window = float(os.environ.get("RELAY_BENCH_IDLE_S", "30"))
     soak_s = float(os.environ.get("RELAY_BENCH_SOAK_S", "300"))
     warmup_s = float(os.environ.get("RELAY_BENCH_WARMUP_S", "60"))
-    relay = RelayProcess(workdir, containerd.socket, args=extra,
-                         executable=os.environ.get("RELAY_BENCH_EXE") or None).start()
-    relay_pid = relay_process_pid(relay.pid)
+    executable, build = relay_build(os.environ.get(EXE_ENV, ""))
+    relay = RelayProcess(workdir, containerd.socket, args=extra, executable=executable).start()
     big = [("grpc.max_send_message_length", 32 << 20), ("grpc.max_receive_message_length", 32 << 20)]
     direct_ch = grpc.insecure_channel(containerd.endpoint, options=big)
     relay_ch = grpc.insecure_channel(relay.endpoint, options=big)
     direct, via = api_pb2_grpc.RuntimeServiceStub(direct_ch), api_pb2_grpc.RuntimeServiceStub(relay_ch)
     containerd_version = containerd.version
-    print(f"\nbench-relay: {relay.argv[0]}, relay pid {relay_pid}, flags {extra or 'default'}, "
+    print(f"\nbench-relay: {build} build {relay.argv[0]}, pid {relay.pid}, flags {extra or 'default'}, "
           f"containerd {containerd_version}", flush=True)
-    if relay_pid != relay.pid:
-        print(f"  one-file bootloader pid {relay.pid}: rss {proc_rss_mb(relay.pid):.1f} MB (not in rss_mb)", flush=True)
     try:
         for stub in (direct, via):  # warm up channels and the relay's method handlers
             timed(lambda s=stub: s.Version(api_pb2.VersionRequest()), 300)
-        idle_rss = proc_rss_mb(relay_pid)
-        print(f"  idle rss {idle_rss:.1f} MB (after start and 300 Version calls)", flush=True)
+        idle_rss = rss_mb(relay.pid)
+        print(f"  idle rss {idle_rss:.1f} MB (after start and 300 Version calls: {rss_split(relay.pid)})", flush=True)
 
         version_req = api_pb2.VersionRequest()
         d_version, r_version = interleaved(lambda: direct.Version(version_req), lambda: via.Version(version_req),
@@ -244,27 +265,27 @@ def test_bench_relay(containerd):
         conc32 = concurrent_ratio(direct, via, 32, containerd.busybox_image)
         # Kubelet-like relist: every second ListPodSandbox, ListContainers, ListContainerStats.
         time.sleep(1)
-        cpu0, wall0 = proc_cpu_seconds(relay_pid), time.monotonic()
-        rss = proc_rss_mb(relay_pid)
+        cpu0, wall0 = tree_cpu_seconds(relay.pid), time.monotonic()
+        rss = rss_mb(relay.pid)
         deadline = wall0 + idle_window
         next_tick = wall0
         while next_tick < deadline:
             via.ListPodSandbox(api_pb2.ListPodSandboxRequest())
             via.ListContainers(api_pb2.ListContainersRequest())
             via.ListContainerStats(api_pb2.ListContainerStatsRequest())
-            rss = max(rss, proc_rss_mb(relay_pid))
+            rss = max(rss, rss_mb(relay.pid))
             next_tick += 1
             time.sleep(max(0.0, next_tick - time.monotonic()))
-        idle_cpu_pct = (proc_cpu_seconds(relay_pid) - cpu0) / (time.monotonic() - wall0) * 100
+        idle_cpu_pct = (tree_cpu_seconds(relay.pid) - cpu0) / (time.monotonic() - wall0) * 100
         print(f"  relist traffic for {idle_window:.0f}s: relay cpu {idle_cpu_pct:.2f}% of a core, "
-              f"rss max {rss:.1f} MB", flush=True)
+              f"rss max {rss:.1f} MB (at the end: {rss_split(relay.pid)})", flush=True)
 
         print(f"  32-client mix: {warmup_s:.0f}s warm-up, then a {soak_s:.0f}s soak ...", flush=True)
         mix = LoadMix(relay.endpoint, containerd.busybox_image).start()
         try:
-            soak(lambda: proc_rss_mb(relay_pid), warmup_s, progress=lambda line: print(line, flush=True))
+            soak(lambda: rss_mb(relay.pid), warmup_s, progress=lambda line: print(line, flush=True))
             calls0 = mix.calls
-            first, last, peak = soak(lambda: proc_rss_mb(relay_pid), soak_s,
+            first, last, peak = soak(lambda: rss_mb(relay.pid), soak_s,
                                      progress=lambda line: print(line, flush=True))
             calls = mix.calls - calls0
         finally:
@@ -289,7 +310,7 @@ def test_bench_relay(containerd):
                 f"podstart_ratio={podstart_ratio:.3f} rss_mb={rss:.1f} idle_cpu_pct={idle_cpu_pct:.2f} "
                 f"concurrent8_ratio={conc8:.3f} concurrent32_ratio={conc32:.3f} max_request_mib={max_mib:g} "
                 f"idle_rss_mb={idle_rss:.1f} soak_rss_growth_pct={soak_growth:.2f} soak_failed_calls={mix.failures} "
-                f"containerd={containerd_version}")
+                f"containerd={containerd_version} build={build}")
         print(line, flush=True)
         # pytest prints its own summary after the test; repeat the line at exit so it is the LAST line.
         atexit.register(print, line, flush=True)

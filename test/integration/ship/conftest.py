@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fixtures.hacks import build_executable
 from integration.ship.dockerfile_build import build_dockerfile_images, stage_context
 
 REPO = Path(__file__).resolve().parents[3]
@@ -18,10 +19,7 @@ REPO = Path(__file__).resolve().parents[3]
 @pytest.fixture(scope="session")
 def executable() -> Path:
     """hacks/build-executable.sh's output; rebuilt only when the sources changed (a build takes ~1.5 min)."""
-    out = REPO / "_out" / "bin" / "cri-resmgr"
-    r = subprocess.run(["bash", str(REPO / "hacks" / "build-executable.sh"), str(out)],
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, f"build-executable.sh failed:\n{r.stdout}\n{r.stderr}"
+    out = build_executable()
     assert out.is_file()
     return out
 
