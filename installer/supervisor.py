@@ -91,6 +91,7 @@ class Decision:
     # The node is usable: kubelet's runtime answers, through the relay or (after a fallback) containerd itself.
     # False only while kubelet is still pointed at a relay that stopped serving (the fallback is under way).
     usable: bool = True
+    held: bool = False  # a recover or repoint waits for the kubelet restart budget
 
 
 def restart_budget_wait(state: SupervisorState, now: float, s: SupervisorSettings) -> float:
@@ -126,7 +127,7 @@ def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSett
             wait = restart_budget_wait(state, now, s)
             if wait > 0:
                 return Decision("none", True, f"kubelet runs against {health.kubelet_endpoint}, not the relay; "
-                                              f"repointing it in {wait:.0f}s ({_budget(s)})")
+                                              f"repointing it in {wait:.0f}s ({_budget(s)})", held=True)
             return Decision("repoint", True,
                             f"kubelet runs against {health.kubelet_endpoint}, not the relay; repointing it")
         if not health.guard_intact:
@@ -148,7 +149,7 @@ def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSett
         wait = restart_budget_wait(state, now, s)
         if wait > 0:
             return Decision("none", False, f"{base}: the relay is healthy; pointing kubelet at it in {wait:.0f}s "
-                                           f"({_budget(s)})")
+                                           f"({_budget(s)})", held=True)
         return Decision("recover", True, f"the relay has been healthy for {now - state.healthy_since:.0f}s; "
                                          "pointing kubelet at it again")
     detail = "relay answers, waiting for it to stay healthy" if healthy else (
@@ -183,6 +184,7 @@ class Supervisor:
         target = installer.journal().get(KUBELET_TARGET, "relay")
         self.state = SupervisorState(on_relay=target == "relay", last_answer=time.monotonic())
         self.probe = RelayProbe(installer.host, node_files.RELAY_ENDPOINT)
+        self.holding = False  # a recover or repoint is held back by the restart budget (logged once when it starts)
 
     def check(self) -> Health:
         host = self.installer.host
@@ -201,8 +203,13 @@ class Supervisor:
         now = time.monotonic()
         decision = decide(self.state, self.check(), now, self.settings)
         if decision.action == "none":
-            log.debug(decision.reason)
+            if decision.held and not self.holding:
+                log.info("supervisor: %s", decision.reason, extra={"action": "wait"})
+            else:
+                log.debug(decision.reason)
+            self.holding = decision.held
             return decision
+        self.holding = False
         log.warning("supervisor: %s", decision.reason, extra={"action": decision.action})
         self.report(decision)
         if decision.action == "fallback":

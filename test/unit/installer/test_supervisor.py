@@ -125,8 +125,9 @@ def test_a_recovery_waits_for_the_restart_budget_but_a_fallback_never_does() -> 
     st = SupervisorState(on_relay=False, last_answer=0, fallbacks=[100], kubelet_restarts=[0, 50, 100])
     decide(st, OK, 110, S)
     d = decide(st, OK, 150, S)
-    assert d.action == "none" and "kubelet restarts" in d.reason and "gardener-node-agent" in d.reason
+    assert d.action == "none" and d.held and "kubelet restarts" in d.reason and "gardener-node-agent" in d.reason
     assert decide(st, OK, 599, S).action == "none"
-    assert decide(st, OK, 600, S).action == "recover"  # the restart at 0 has left the 10-minute window
+    d = decide(st, OK, 600, S)
+    assert d.action == "recover" and not d.held  # the restart at 0 has left the 10-minute window
     full = SupervisorState(on_relay=True, last_answer=0, kubelet_restarts=[0, 50, 100, 150])
     assert decide(full, Health("failed", "gone", "", False), 160, S).action == "fallback"
