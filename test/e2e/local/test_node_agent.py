@@ -138,7 +138,9 @@ def test_the_installer_lives_with_gardener_node_agent(target, inside, tmp_path):
     assert unit_pid(n, node_files.UNIT) == relay_before, "the relay restarted with containerd"
     wait_until("kubelet on the relay", shoot_ops.installed_check(runner), 120, 1)
     assert pod_state(shoot, "lives-with-node-agent") == before, "a pod was lost or restarted"
-    shoot.run("delete", "pod", "lives-with-node-agent", "--wait=true")
+    shoot.run("delete", "pod", "lives-with-node-agent", "--wait=false")
+    wait_until("the first pod gone (its CPUs free for the next)", lambda: (
+        shoot.run("get", "pod", "lives-with-node-agent", check=False).returncode != 0, "still there"), 300, 1)
     shoot.run("apply", "-f", "-", input=json.dumps(guaranteed_pod("after-containerd-restart", node.name)))
     pod = wait_pod_running(shoot, "after-containerd-restart")
     mine, _ = exclusive_cpus(node, pod)
