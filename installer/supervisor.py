@@ -157,8 +157,11 @@ def decide(state: SupervisorState, health: Health, now: float, s: SupervisorSett
     return Decision("none", False, f"{base}: {detail}")
 
 
-def record(state: SupervisorState, decision: Decision, now: float) -> None:
-    """What a performed action does to the supervisor's own state (``now``: when it was done)."""
+def record(state: SupervisorState, decision: Decision, now: float, s: SupervisorSettings) -> None:
+    """What a performed action does to the supervisor's own state (``now``: when it was done); times that
+    left their window are dropped, so a node supervised for months keeps a few entries, not one per action."""
+    state.kubelet_restarts[:] = [t for t in state.kubelet_restarts if now - t < s.kubelet_restart_window_s]
+    state.fallbacks[:] = [t for t in state.fallbacks if now - t <= s.fallback_window_s]
     if decision.action in ("fallback", "recover", "repoint"):
         state.kubelet_restarts.append(now)
     if decision.action == "fallback":
@@ -221,5 +224,5 @@ class Supervisor:
             self.installer.put_kubelet_guard()
         elif decision.action in ("recover", "repoint"):
             self.installer.point_kubelet_at_relay()
-        record(self.state, decision, time.monotonic())
+        record(self.state, decision, time.monotonic(), self.settings)
         return decision

@@ -92,6 +92,7 @@ def _crash_loop(settings: SupervisorSettings, serves_s: float = 45, hours: float
     """A relay that answers for ``serves_s`` after every start and then fails, supervised every 5 s for
     ``hours``; returns when the supervisor restarted kubelet."""
     st = SupervisorState(on_relay=True, last_answer=0)
+    restarts: list[float] = []
     started = 0.0
     now = 0.0
     while now < hours * 3600:
@@ -101,9 +102,22 @@ def _crash_loop(settings: SupervisorSettings, serves_s: float = 45, hours: float
         d = decide(st, health, now, settings)
         if d.action == "restart-unit":
             started = now
-        record(st, d, now)
+        if d.action in ("fallback", "recover", "repoint"):
+            restarts.append(now)
+        record(st, d, now, settings)
+        most = max(settings.kubelet_restart_window_s, settings.fallback_window_s) / settings.interval_s
+        assert len(st.kubelet_restarts) + len(st.fallbacks) <= 2 * most  # the state keeps its windows only
         now += settings.interval_s
-    return st.kubelet_restarts
+    return restarts
+
+
+def test_the_state_keeps_only_times_within_their_windows() -> None:
+    st = SupervisorState(on_relay=True, last_answer=0, fallbacks=[0.0, 3000.0], kubelet_restarts=[0.0, 500.0, 3100.0])
+    failing = Health("failed", "gone", "unix:///var/run/cri-resmgr/cri-resmgr.sock", True)
+    d = decide(st, failing, 3601, S)
+    assert d.action == "fallback"
+    record(st, d, 3601, S)
+    assert st.fallbacks == [3000.0, 3601] and st.kubelet_restarts == [3100.0, 3601]
 
 
 def _most_in_window(times: list[float], window: float) -> int:
