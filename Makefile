@@ -50,21 +50,22 @@ define run_pytest
 	$(PYTEST) $(1); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 endef
 
+# Both halves at once (hacks/test-both-halves.sh says why); PYTEST_ARGS adds pytest options to a half.
 test: venv
-	$(call run_pytest,)
+	bash hacks/test-both-halves.sh
 
 test-unit: venv
 	$(call run_pytest,test/unit)
 
 # The local e2e suite on the landscape (8 scenarios on one landscape: ~20 min on a busy 2-core machine)
-# and everything else (including the demo test, which starts its own landscape); CI can run them as two
-# parallel jobs (.ci/run main | .ci/run landscape). `make test` runs both.
+# and everything else (including the demo test, which starts its own landscape); `make test` runs both at
+# once, and CI can also run them as two jobs (.ci/run main | .ci/run landscape).
 LANDSCAPE_TESTS := test/e2e/local
 test-main: venv
-	$(call run_pytest,$(foreach t,$(LANDSCAPE_TESTS),--ignore=$(t)))
+	$(call run_pytest,$(PYTEST_ARGS) $(foreach t,$(LANDSCAPE_TESTS),--ignore=$(t)))
 
 test-landscape: venv
-	$(call run_pytest,$(LANDSCAPE_TESTS))
+	$(call run_pytest,$(PYTEST_ARGS) $(LANDSCAPE_TESTS))
 
 test-integration: venv
 	$(call run_pytest,test/integration)
