@@ -12,6 +12,7 @@ from fixtures import hypothesis_profiles
 from fixtures.containerd import Containerd, running_containerd, runtime_from_env
 from fixtures.seed_api import SeedAPI
 from fixtures.systemd_node import SystemdNode, extract_rootfs
+from fixtures.tiers import tier_of
 from fixtures.tools import Tools, find_tools
 
 HYPOTHESIS_PROFILE = hypothesis_profiles.register()
@@ -21,11 +22,15 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"hypothesis profile: {HYPOTHESIS_PROFILE} (CI=true: ci; HYPOTHESIS_PROFILE overrides)"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # `make test-explore` selects property tests by this marker; @given tests get it implicitly.
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(config.rootpath)
     for item in items:
+        # `make test-explore` selects property tests by this marker; @given tests get it implicitly.
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.property)
+        tier = tier_of(item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else "")
+        if tier is not None:
+            item.add_marker(tier)
 
 
 @pytest.fixture(autouse=True)
