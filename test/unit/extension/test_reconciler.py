@@ -3,6 +3,10 @@ lastOperation, lastError, observedGeneration, annotations and the finalizer say 
 
 from __future__ import annotations
 
+import collections
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 from unit.extension.fake_api import FakeApis
 from unit.extension.test_actuator import FALLBACK, MRS, NS, make_actuator, mark_healthy, provider_config
@@ -89,6 +93,53 @@ def test_unknown_config_fields_are_a_warning_and_the_reconcile_succeeds(apis: Fa
     assert ("warning: providerConfig.configs.default: unknown field, left out of the config: "
             "policy.balloons.BalloonTypes[0].PreferNewBalloon (did you mean 'PreferNewBalloons'?)"
             ) in last["description"]
+
+
+@pytest.mark.parametrize("hibernated", [True, False], ids=["hibernated", "deploying"])
+def test_one_reconcile_reads_the_base_configs_once_and_validates_each_config_once(
+        apis: FakeApis, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, hibernated: bool) -> None:
+    """The actuator's reconcile hands its warnings and the digest of the base configs it used to the reconciler,
+    which neither reads the ConfigMap again nor validates the configs again to find them."""
+    import resmgr.config
+    import resmgr.config.extra_options
+
+    validated: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def check(*args: Any, **kwargs: Any) -> Any:
+            validated[(name, kwargs.get("source", ""))] += 1
+            return real(*args, **kwargs)
+        return check
+
+    for module, name in ((resmgr.config, "check_config_text"), (resmgr.config, "check_config_sections"),
+                         (resmgr.config.extra_options, "check_extra_options")):
+        monkeypatch.setattr(module, name, counted(name, getattr(module, name)))
+    base = {"fallback": FALLBACK}
+    apis.core.config_maps[("garden", c.CONFIGS_CONFIGMAP_NAME)] = base
+    put_cluster(apis, hibernated=hibernated)
+    put_extension(apis, {**provider_config(default="policy:\n  Active: none\n",
+                                           EXTRA_OPTIONS="--metrics-interval=10s"), "workerPools": ["pool-x"]})
+    helm = "helm-is-not-needed" if hibernated else str(request.getfixturevalue("tools").helm)
+    r = Reconciler(apis, make_actuator(apis, helm, configmap_namespace="garden"),
+                   OperatorSettings(retry_delay_min=1, retry_delay_max=8, base_configs_interval=600))
+    r.change(NS, "cri-resmgr")
+    ex = extension(apis)
+    description = ex["status"]["lastOperation"]["description"]
+    assert ex["status"]["lastOperation"]["state"] == status.SUCCEEDED, description
+    # The warnings of that one validation: the worker pool and the flag accepted but not applied.
+    assert "warning: providerConfig.workerPools[0]: worker pool 'pool-x' does not exist" in description
+    assert "warning: providerConfig.configs.EXTRA_OPTIONS: accepted, not implemented" in description
+    assert ex["metadata"]["annotations"][base_configs.RECONCILED_ANNOTATION] == base_configs.digest(base)
+    assert apis.core.config_map_reads == [("garden", c.CONFIGS_CONFIGMAP_NAME)]
+    assert sorted(validated) == [
+        ("check_config_sections", "providerConfig.configs.default"),
+        ("check_config_text", f"configmap garden/{c.CONFIGS_CONFIGMAP_NAME}.fallback"),
+        ("check_config_text", "providerConfig.configs.default"),
+        ("check_extra_options", "")]
+    assert set(validated.values()) == {1}, validated
+    # The periodic check compares with what the reconcile read: no read of its own, nothing to request.
+    assert r.check_base_configs(extension(apis)) is False
+    assert len(apis.core.config_map_reads) == 1
 
 
 def test_configuration_error_is_recorded_and_retried_soon(apis: FakeApis) -> None:
