@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import noderecord
 from extension import base_configs, node_proof, webhook
 from extension import constants as c
 from extension.component import ManagedResourceComponent, NotHealthy
@@ -29,7 +30,6 @@ from extension.installation import INSTALL, UNINSTALL, Installation, Installatio
 from extension.monitoring import Monitoring
 from extension.provider_config import ProviderConfig, check_worker_pools, parse_provider_config
 from extension.webhook_certs import CARotation
-from installer import node_record
 
 log = logging.getLogger("extension.actuator")
 
@@ -214,7 +214,7 @@ class Actuator:
         try:
             # The nodes' records first: they name the nodes that are not done, or failed.
             try:
-                proof = self.shoot.check(ns, node_record.UNINSTALLED, uninstallation.values.digest,
+                proof = self.shoot.check(ns, noderecord.UNINSTALLED, uninstallation.values.digest,
                                          uninstallation.selection(), self.settings.poll_interval)
             except node_proof.ShootUnreachable as err:
                 if runtime_seconds <= self.settings.uninstall_timeout:

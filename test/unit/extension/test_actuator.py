@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from unit.extension.fake_api import FakeApis
 
+import noderecord
 from extension import base_configs, node_proof
 from extension import constants as c
 from extension.actuator import Actuator, ActuatorSettings, UninstallTimeout
 from extension.errors import ConfigurationError, WaitingError
 from extension.gardener.cluster import ClusterInfo
 from extension.installation import UNINSTALL
-from installer import node_record
 
 REPO = Path(__file__).resolve().parents[3]
 NS = "shoot--dev--local"
@@ -52,7 +52,7 @@ class RecordedShoot(node_proof.ShootReader):
             "worker.gardener.cloud/cri-name": "containerd", c.WORKER_POOL_LABEL: pool}}})
 
     def record(self, node: str, state: str, digest: str, reason: str = "") -> None:
-        self.leases[node] = node_record.NodeRecord(node, state, digest, reason).to_lease()
+        self.leases[node] = noderecord.NodeRecord(node, state, digest, reason).to_lease()
 
     def nodes_and_records(self, namespace: str) -> tuple[list[dict], list[dict]]:
         return self.nodes, list(self.leases.values())
@@ -123,7 +123,7 @@ def test_delete_rolls_the_uninstall_and_waits_for_every_node_record(apis: FakeAp
     install_digest = apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME)["metadata"]["annotations"][
         node_proof.EXPECTED_DIGEST_ANNOTATION]
     for node in ("n1", "n2"):
-        shoot.record(node, node_record.UNINSTALLED, "digest-of-an-earlier-disable")
+        shoot.record(node, noderecord.UNINSTALLED, "digest-of-an-earlier-disable")
     with pytest.raises(WaitingError, match="waiting for the uninstall on 2 of 2 node.*n1: record is of another"):
         actuator.delete(ex, cluster(), runtime_seconds=1)
     uninstalling = secret_of(apis)
@@ -133,10 +133,10 @@ def test_delete_rolls_the_uninstall_and_waits_for_every_node_record(apis: FakeAp
     assert digest != install_digest
     # A healthy ManagedResource is not proof.
     mark_healthy(apis)
-    shoot.record("n1", node_record.UNINSTALLED, digest)
+    shoot.record("n1", noderecord.UNINSTALLED, digest)
     with pytest.raises(UninstallTimeout, match="not finished after 601s.*1 of 2 node.*n2"):
         actuator.delete(ex, cluster(), runtime_seconds=601)
-    shoot.record("n2", node_record.UNINSTALL_FAILED, digest, "uninstall failed: kubelet did not come back")
+    shoot.record("n2", noderecord.UNINSTALL_FAILED, digest, "uninstall failed: kubelet did not come back")
     with pytest.raises(node_proof.NodesFailed, match="uninstall failed on 1 of 2 node.*n2: uninstall failed: kubelet"):
         actuator.delete(ex, cluster(), runtime_seconds=602)
     assert apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME) is not None  # the uninstalling DaemonSet stays

@@ -11,12 +11,12 @@ import pytest
 from unit.extension.fake_api import FakeApis
 from unit.extension.test_actuator import FALLBACK, MRS, NS, make_actuator, mark_healthy, provider_config
 
+import noderecord
 from extension import base_configs, node_proof
 from extension import constants as c
 from extension.errors import RetryLater
 from extension.gardener import status
 from extension.reconciler import CONFIG_RETRY_MAX, OperatorSettings, Reconciler
-from installer import node_record
 
 EXT = ("extensions", NS, "cri-resmgr")
 
@@ -194,13 +194,13 @@ def test_delete_waits_for_the_uninstall_then_succeeds(apis: FakeApis, tools) -> 
     mark_healthy(apis)  # not proof
     digest = apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME)["metadata"]["annotations"][
         node_proof.EXPECTED_DIGEST_ANNOTATION]
-    r.actuator.shoot.record("n1", node_record.UNINSTALL_FAILED, digest, "uninstall failed: boom")
+    r.actuator.shoot.record("n1", noderecord.UNINSTALL_FAILED, digest, "uninstall failed: boom")
     with pytest.raises(RetryLater, match="uninstall failed on 1 of 1 node"):
         r.delete(NS, "cri-resmgr", runtime_seconds=3, retry=1)
     ex = extension(apis)
     assert "n1: uninstall failed: boom" in ex["status"]["lastError"]["description"]
     assert ex["status"]["lastOperation"]["state"] == status.ERROR
-    r.actuator.shoot.record("n1", node_record.UNINSTALLED, digest)
+    r.actuator.shoot.record("n1", noderecord.UNINSTALLED, digest)
     assert r.delete(NS, "cri-resmgr", runtime_seconds=5, retry=2) == \
         "Uninstalled cri-resmgr and deleted managed resources"
     last = extension(apis)["status"]["lastOperation"]
