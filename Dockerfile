@@ -28,6 +28,7 @@ COPY pyproject.toml ./
 RUN echo "gardener-extension-cri-resmgr" > README.md
 COPY resmgr resmgr
 COPY installer installer
+COPY noderecord noderecord
 COPY extension extension
 RUN --mount=type=secret,id=pip_ca \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \

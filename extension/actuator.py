@@ -3,7 +3,8 @@
 It reads the inputs (providerConfig, base configs, image vector) and composes two
 components, the installation (``extension.installation``) and the monitoring
 (``extension.monitoring``), each with Deploy, Wait and Destroy (``extension.component``);
-migrate is destroy with keepObjects. The reconciler maps Gardener's annotations onto it.
+migrate is destroy with keepObjects. The reconciler maps Gardener's annotations onto it; a reconcile
+hands back what the reconciler records of it (ReconcileResult), so nothing is read or validated twice.
 Waiting is never done by sleeping: a step that is not done yet raises
 WaitingError and is checked again later.
 """
@@ -16,19 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import noderecord
+from extension import base_configs, node_proof, webhook
 from extension import constants as c
-from extension import node_proof, webhook
 from extension.component import ManagedResourceComponent, NotHealthy
 from extension.configs import SplitConfigs, merge_configs, validate_and_split
 from extension.errors import ConfigurationError, RetryLater
 from extension.gardener import imagevector
 from extension.gardener.cluster import ClusterInfo
-from extension.gardener.kube import Apis, is_not_found
+from extension.gardener.kube import Apis
 from extension.installation import INSTALL, UNINSTALL, Installation, InstallationValues
 from extension.monitoring import Monitoring
 from extension.provider_config import ProviderConfig, check_worker_pools, parse_provider_config
 from extension.webhook_certs import CARotation
-from installer import node_record
 
 log = logging.getLogger("extension.actuator")
 
@@ -48,6 +49,18 @@ class ActuatorSettings:
     metrics_allow_pod_network: bool = False
 
 
+@dataclass(frozen=True)
+class ReconcileResult:
+    """What one reconcile did, and what the reconciler records of it on the Extension."""
+
+    detail: str
+    # What the shoot owner should fix but that must not fail the reconcile (it would block the shoot):
+    # worker pools that do not exist, config fields left out or not applied.
+    warnings: tuple[str, ...] = ()
+    # The digest of the base configs this reconcile used (extension.base_configs); None: none configured.
+    base_configs_digest: str | None = None
+
+
 class UninstallTimeout(RetryLater):
     """The uninstall has not finished on every node in time; still waiting, but reported as an error."""
 
@@ -61,26 +74,22 @@ class Actuator:
 
     # -- inputs -----------------------------------------------------------------------------------
 
-    def base_configs(self) -> dict[str, str]:
-        """The operator's base configs (ControllerDeployment values.configs), if configured."""
+    def base_configs(self) -> dict[str, str] | None:
+        """The operator's base configs (ControllerDeployment values.configs); None when none are configured."""
         ns = self.settings.configmap_namespace
         if not ns:
-            return {}
-        try:
-            cm = self.apis.core.read_namespaced_config_map(c.CONFIGS_CONFIGMAP_NAME, ns)
-        except Exception as err:
-            if is_not_found(err):
-                raise ConfigurationError(f"configmap {ns}/{c.CONFIGS_CONFIGMAP_NAME}",
-                                         "base configs ConfigMap not found") from None
-            raise
-        return dict(cm.data or {})
+            return None
+        data = base_configs.read(self.apis, ns)
+        if data is None:
+            raise ConfigurationError(f"configmap {ns}/{c.CONFIGS_CONFIGMAP_NAME}", "base configs ConfigMap not found")
+        return data
 
     def provider_config(self, extension: dict[str, Any]) -> ProviderConfig:
         return parse_provider_config((extension.get("spec") or {}).get("providerConfig"))
 
-    def configs(self, pc: ProviderConfig) -> SplitConfigs:
-        base = self.base_configs()
-        merged = merge_configs(base, pc.configs)
+    def configs(self, pc: ProviderConfig, base: dict[str, str] | None) -> SplitConfigs:
+        """The base configs merged with the shoot's, validated and split."""
+        merged = merge_configs(base or {}, pc.configs)
         origin_base = f"configmap {self.settings.configmap_namespace}/{c.CONFIGS_CONFIGMAP_NAME}"
         origins = {name: ("providerConfig.configs" if name in pc.configs else origin_base) for name in merged}
         return validate_and_split(merged, origins=origins)
@@ -146,15 +155,18 @@ class Actuator:
 
     # -- operations --------------------------------------------------------------------------------
 
-    def reconcile(self, extension: dict[str, Any], cluster: ClusterInfo) -> str:
+    def reconcile(self, extension: dict[str, Any], cluster: ClusterInfo) -> ReconcileResult:
         ns = extension["metadata"]["namespace"]
         # Validate first even when hibernated: a bad config is reported early either way.
         pc = self.provider_config(extension)
-        check_worker_pools(pc.worker_pools, list(cluster.worker_pools))
-        split = self.configs(pc)
+        pools = check_worker_pools(pc.worker_pools, list(cluster.worker_pools))
+        base = self.base_configs()  # the one read of the ConfigMap in this reconcile
+        split = self.configs(pc, base)  # and the one validation
+        warnings = (*pools, *split.notes)
+        used = base_configs.digest(base) if base is not None else None
         if cluster.hibernated:
             log.info("shoot is hibernated, nothing deployed", extra={"namespace": ns})
-            return "Shoot is hibernated; nothing deployed"
+            return ReconcileResult("Shoot is hibernated; nothing deployed", warnings, used)
         installation = self.installation(ns, cluster, pc, split, INSTALL,
                                          webhook_values=webhook.chart_values(
                                              self.apis, ns, pc.webhook_enabled,
@@ -164,9 +176,9 @@ class Actuator:
         self.monitoring(ns).deploy()
         objects = len(installation.render().objects)
         log.info("deployed managed resource", extra={"namespace": ns, "secret": secret, "objects": objects})
-        return f"Deployed {objects} objects via secret {secret}"
+        return ReconcileResult(f"Deployed {objects} objects via secret {secret}", warnings, used)
 
-    def restore(self, extension: dict[str, Any], cluster: ClusterInfo) -> str:
+    def restore(self, extension: dict[str, Any], cluster: ClusterInfo) -> ReconcileResult:
         return self.reconcile(extension, cluster)
 
     def force_delete(self, extension: dict[str, Any]) -> str:
@@ -202,7 +214,7 @@ class Actuator:
         try:
             # The nodes' records first: they name the nodes that are not done, or failed.
             try:
-                proof = self.shoot.check(ns, node_record.UNINSTALLED, uninstallation.values.digest,
+                proof = self.shoot.check(ns, noderecord.UNINSTALLED, uninstallation.values.digest,
                                          uninstallation.selection(), self.settings.poll_interval)
             except node_proof.ShootUnreachable as err:
                 if runtime_seconds <= self.settings.uninstall_timeout:

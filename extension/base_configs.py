@@ -1,8 +1,8 @@
 """Propagating a change of the operator's base configs to every Extension of our type.
 
 The base configs are the ConfigMap gardener-extension-cri-resmgr-configs (the ControllerDeployment's
-``values.configs``), read afresh by every reconcile. A change of it alone is no event on any Extension,
-so each successful reconcile records the digest of the base configs it started from on the Extension,
+``values.configs``), read afresh, once, by every reconcile. A change of it alone is no event on any Extension,
+so each successful reconcile records the digest of the base configs it used on the Extension,
 and a periodic check per Extension compares that record with the ConfigMap's current digest. An
 Extension that is behind gets Gardener's ``gardener.cloud/operation: reconcile`` annotation, exactly as
 gardenlet would set it, and the normal reconcile path does the rest.
@@ -38,11 +38,23 @@ def digest(data: dict[str, str] | None) -> str:
     return hashlib.sha256(json.dumps(data or {}, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def read(apis: Apis, namespace: str) -> dict[str, str] | None:
+    """The base configs ConfigMap's data, or None when it does not exist."""
+    try:
+        cm = apis.core.read_namespaced_config_map(c.CONFIGS_CONFIGMAP_NAME, namespace)
+    except Exception as err:
+        if is_not_found(err):
+            return None
+        raise
+    return dict(cm.data or {})
+
+
 class BaseConfigsDigest:
     """The digest of the base configs ConfigMap, read at most once per ``max_age`` seconds for the checks.
 
-    ``fresh()`` always reads (a reconcile records what it really used) and also refreshes the cached value,
-    so the periodic check never compares a reconcile's record with an older digest than the one recorded.
+    A reconcile reads the ConfigMap itself and hands the digest of what it used to ``observe()``, which
+    refreshes the cached value, so the periodic check never compares a reconcile's record with an older
+    digest than the one recorded.
     """
 
     def __init__(self, apis: Apis, namespace: str | None, *, max_age: float = 5.0,
@@ -59,13 +71,12 @@ class BaseConfigsDigest:
         """The current digest, or None when no base configs are configured or the ConfigMap is missing."""
         if not self.namespace:
             return None
-        try:
-            cm = self.apis.core.read_namespaced_config_map(c.CONFIGS_CONFIGMAP_NAME, self.namespace)
-            value: str | None = digest(dict(cm.data or {}))
-        except Exception as err:
-            if not is_not_found(err):
-                raise
-            value = None  # the reconcile reports the missing ConfigMap; nothing to compare with
+        data = read(self.apis, self.namespace)
+        # A missing ConfigMap: the reconcile reports it; nothing to compare with.
+        return self.observe(digest(data) if data is not None else None)
+
+    def observe(self, value: str | None) -> str | None:
+        """Take a digest read just now (by a reconcile) as the current one."""
         with self._lock:
             self._value, self._read_at = value, self.clock()
         return value

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import noderecord
 from extension import chart_render, node_proof
 from extension import constants as c
 from extension.component import ManagedResourceComponent
 from extension.gardener import managed_resources
 from extension.gardener.kube import Apis
-from installer import node_record
 
 INSTALL, UNINSTALL = "install", "uninstall"
 
@@ -98,6 +98,6 @@ class Installation(ManagedResourceComponent):
         """What every selected node's record must say, for the health check (the MR carries it)."""
         if not self.values.digest:
             return {}
-        state = node_record.UNINSTALLED if self.values.mode == UNINSTALL else node_record.INSTALLED
+        state = noderecord.UNINSTALLED if self.values.mode == UNINSTALL else noderecord.INSTALLED
         return {node_proof.EXPECTED_STATE_ANNOTATION: state, node_proof.EXPECTED_DIGEST_ANNOTATION: self.values.digest,
                 node_proof.EXPECTED_SELECTION_ANNOTATION: self.selection().to_annotation()}

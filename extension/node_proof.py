@@ -2,7 +2,7 @@
 
 ManagedResource conditions and pod readiness are not proof: a restarted kubelet reports the
 installer pod Ready about 2 s before its first readiness probe ran. Each node's installer writes
-the Lease kube-system/cri-resmgr-node-<node> (installer/node_record.py) after "install complete"
+the Lease kube-system/cri-resmgr-node-<node> (format: noderecord/) after "install complete"
 or "uninstall complete"; this module reads those records against the shoot's node list:
 
 * only the nodes the installation selects count (containerd nodes matching the nodeSelector and
@@ -34,10 +34,10 @@ import urllib3
 import yaml
 from kubernetes import client, config
 
+import noderecord
 from extension import constants as c
 from extension.errors import RetryLater, WaitingError
 from extension.gardener.kube import Apis, is_conflict, is_not_found
-from installer import node_record
 
 # Gardener's contract for shoot access (gardener pkg/utils/gardener AccessSecret, resources.gardener.cloud).
 SHOOT_ACCESS_SERVICE_ACCOUNT = "extension-cri-resmgr"
@@ -124,8 +124,8 @@ class Proof:
 def assess(nodes: list[dict[str, Any]], leases: list[dict[str, Any]], state: str, digest: str,
            selection: Selection) -> Proof:
     """Judge the records against the node list: which selected nodes are done, pending or failed."""
-    records = {r.node: r for r in (node_record.from_lease(lease) for lease in leases) if r is not None}
-    failed_state = node_record.UNINSTALL_FAILED if state == node_record.UNINSTALLED else node_record.INSTALL_FAILED
+    records = {r.node: r for r in (noderecord.from_lease(lease) for lease in leases) if r is not None}
+    failed_state = noderecord.UNINSTALL_FAILED if state == noderecord.UNINSTALLED else noderecord.INSTALL_FAILED
     pending, failed, selected = [], [], 0
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = node["metadata"]["name"]
@@ -298,7 +298,7 @@ class ShootReader:
         try:
             nodes = _list(client.CoreV1Api(api).list_node)
             leases = _list(client.CoordinationV1Api(api).list_namespaced_lease, namespace=c.SHOOT_SYSTEM_NAMESPACE,
-                           label_selector=f"{node_record.LABEL}={node_record.LABEL_VALUE}")
+                           label_selector=f"{noderecord.LABEL}={noderecord.LABEL_VALUE}")
         except CONNECTION_ERRORS as err:
             raise ShootUnreachable(f"cannot reach the shoot's API server {api.configuration.host}: {err}",
                                    5.0) from err
@@ -312,7 +312,7 @@ class ShootReader:
         except ShootUnreachable as err:  # retried at the caller's pace
             raise ShootUnreachable(str(err), delay) from err
         proof = assess(nodes, leases, state, digest, selection)
-        verb = "uninstall" if state == node_record.UNINSTALLED else "install"
+        verb = "uninstall" if state == noderecord.UNINSTALLED else "install"
         if proof.failed:
             raise NodesFailed(f"{verb} failed on {len(proof.failed)} of {proof.nodes} node(s): "
                               f"{describe(proof.failed)}; retrying", delay)

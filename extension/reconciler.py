@@ -23,7 +23,6 @@ from extension.gardener import health, status, triggers
 from extension.gardener.cluster import ClusterInfo, ClusterNotFound, cluster_digest, missing_cluster, read_cluster
 from extension.gardener.kube import Apis, is_not_found
 from extension.metrics import WAITING, ExtensionMetrics
-from extension.provider_config import check_worker_pools
 
 log = logging.getLogger("extension.handlers")  # the name operators' log queries already use
 
@@ -127,10 +126,7 @@ class Reconciler:
         status.patch_status(self.apis, ns, name, status.processing_status(
             op_type, "Restoring Extension resource" if restore else "Reconciling Extension resource"))
         try:
-            # Read before the actuator reads the ConfigMap: a change in between costs one more reconcile,
-            # never a missed one.
-            used_base_configs = self.base_configs.fresh()
-            detail = self.actuator.restore(ex, cluster) if restore else self.actuator.reconcile(ex, cluster)
+            result = self.actuator.restore(ex, cluster) if restore else self.actuator.reconcile(ex, cluster)
         except ConfigurationError as err:
             # kopf runs a changed spec only when the pending retry is due, so keep these short:
             # a fixed providerConfig (or base ConfigMap) is picked up within CONFIG_RETRY_MAX seconds.
@@ -140,30 +136,22 @@ class Reconciler:
             raise self._fail(ns, name, op_type, f"Unable to {verb} Extension resource", err, generation,
                              backoff(retry, self.settings)) from None
         done = "Successfully restored Extension resource" if restore else "Successfully reconciled Extension resource"
-        warnings = self._warnings(ex, cluster)
-        description = "; ".join([done, *(f"warning: {w}" for w in warnings)])
+        for w in result.warnings:  # what the shoot owner should fix; never a failed reconcile (it blocks the shoot)
+            log.warning(w, extra={"namespace": ns, "extension": name})
+        description = "; ".join([done, *(f"warning: {w}" for w in result.warnings)])
         try:
             status.patch_status(self.apis, ns, name, status.succeeded_status(op_type, description, generation))
             if self.settings.ignore_operation_annotation:
                 self._set_annotation(ns, name, triggers.RECONCILED_DIGEST_ANNOTATION, cluster.digest)
-            base_configs.record(self.apis, ns, name, used_base_configs)
+            # The digest of exactly the base configs this reconcile used (the periodic check compares with it).
+            base_configs.record(self.apis, ns, name, self.base_configs.observe(result.base_configs_digest))
             if restore:
                 # Gardener: the restore annotation goes only after success.
                 status.remove_operation_annotation(self.apis, ns, name)
         except Exception as err:
             raise RetryLater(f"recording success: {err}", delay=backoff(retry, self.settings)) from None
-        log.info(f"{done}: {detail}", extra={"namespace": ns, "extension": name, "operation": op_type})
-        return detail
-
-    def _warnings(self, ex: dict[str, Any], cluster: ClusterInfo) -> list[str]:
-        """What the shoot owner should fix but that must not fail the reconcile (it would block the shoot)."""
-        pc = self.actuator.provider_config(ex)  # already validated by the successful reconcile
-        warnings = check_worker_pools(pc.worker_pools, list(cluster.worker_pools))
-        # Upstream fields and flags accepted but not applied by this cri-resmgr (resmgr.config.compat).
-        warnings += self.actuator.configs(pc).notes
-        for w in warnings:
-            log.warning(w, extra={"namespace": ex["metadata"]["namespace"], "extension": ex["metadata"]["name"]})
-        return warnings
+        log.info(f"{done}: {result.detail}", extra={"namespace": ns, "extension": name, "operation": op_type})
+        return result.detail
 
     def _migrate(self, ex: dict[str, Any], retry: int) -> str:
         with self.metrics.operation(status.MIGRATE) as outcome:

@@ -35,7 +35,7 @@ flock 9
 hash=$(
     cd "$repo"
     {
-        find resmgr installer extension -type f \( -name '*.py' -o -name '*.j2' -o -name '*.yaml' -o -name '*.proto' \) \
+        find resmgr installer noderecord extension -type f \( -name '*.py' -o -name '*.j2' -o -name '*.yaml' -o -name '*.proto' \) \
             -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum
         sha256sum hacks/exe_entry.py hacks/build-executable.sh hacks/cri-resmgr.spec
         "$python" -m pip freeze --exclude-editable 2>/dev/null

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from installer import node_record
+import noderecord
 from resmgr.options import AGENT_DIR_AGENT_SOCKET
 
 AgentCheck = Callable[[], tuple[bool, str]]
@@ -32,10 +32,10 @@ def gated_by_agent(record: Callable[[str, str], object], check: AgentCheck) -> C
     """``record`` where INSTALLED is written only while the agent answers healthy, else AGENT_NOT_READY with why."""
 
     def gated(state: str, reason: str) -> object:
-        if state == node_record.INSTALLED:
+        if state == noderecord.INSTALLED:
             healthy, message = check()
             if not healthy:
-                return record(node_record.AGENT_NOT_READY, message)
+                return record(noderecord.AGENT_NOT_READY, message)
         return record(state, reason)
 
     return gated

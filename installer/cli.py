@@ -11,7 +11,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from installer import node_record, readiness
+import noderecord
+from installer import node_recorder, readiness
 from installer.agent_check import agent_check, gated_by_agent
 from installer.host import CommandRunner, Host
 from installer.install import KUBELET_TARGET, InstallSettings, NodeInstaller
@@ -176,9 +177,9 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
             ready, reason, usable = False, f"{install_error}; {reason}", usable and not decision.ready
         readiness.write_ready(args.ready_file, usable, reason, "install")
         if ready:
-            record(node_record.INSTALLED, "")
+            record(noderecord.INSTALLED, "")
         else:
-            record(node_record.DEGRADED, reason)
+            record(noderecord.DEGRADED, reason)
 
     supervisor: Supervisor | None = None
     converged = False
@@ -192,7 +193,7 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
                 reason = (f"installed: kubelet ({result.kubelet_layout} layout) uses the relay, which forwards "
                           f"to {result.runtime_endpoint}")
                 readiness.write_ready(args.ready_file, True, reason, "install")
-                record(node_record.INSTALLED, "")
+                record(noderecord.INSTALLED, "")
                 if args.once:
                     return 0
                 supervisor = Supervisor(installer, sup_settings, report)
@@ -206,7 +207,7 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
                 readiness.write_ready(args.ready_file, not on_relay,
                                       install_error if on_relay else f"{install_error}; kubelet stays on the "
                                       "container runtime", "install")
-                record(node_record.INSTALL_FAILED, install_error)
+                record(noderecord.INSTALL_FAILED, install_error)
                 if args.once:
                     return 1
                 # Kubelet may still point at the relay from an earlier rollout (say this one ships a
@@ -244,7 +245,7 @@ def run_uninstall(installer: NodeInstaller, args: argparse.Namespace, stop: thre
         except Exception as exc:
             log.error("uninstall failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
             readiness.write_ready(args.ready_file, False, f"uninstall failed: {exc}", "uninstall")
-            record(node_record.UNINSTALL_FAILED, f"uninstall failed: {exc}")
+            record(noderecord.UNINSTALL_FAILED, f"uninstall failed: {exc}")
             if args.once:
                 return 1
             stop.wait(retry)
@@ -253,13 +254,13 @@ def run_uninstall(installer: NodeInstaller, args: argparse.Namespace, stop: thre
         return 0
     reason = "uninstalled: the node is clean"
     readiness.write_ready(args.ready_file, True, reason, "uninstall")
-    record(node_record.UNINSTALLED, "")
+    record(noderecord.UNINSTALLED, "")
     if args.once:
         return 0
     log.info("node is clean; staying up and ready until the DaemonSet is deleted")
     while not stop.wait(args.check_interval):
         readiness.write_ready(args.ready_file, True, reason, "uninstall")
-        record(node_record.UNINSTALLED, "")  # a no-op once written; retries a write the API refused
+        record(noderecord.UNINSTALLED, "")  # a no-op once written; retries a write the API refused
     return 0
 
 
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if not lock.acquire(stop, lambda reason: readiness.write_ready(args.ready_file, False, reason, mode)):
         log.info("stopping on a signal before this run got the node lock; nothing was changed")
         return 0
-    recorder = None if args.no_node_record else node_record.in_cluster_recorder(args.node_name, args.digest)
+    recorder = None if args.no_node_record else node_recorder.in_cluster_recorder(args.node_name, args.digest)
     record: Recorder = recorder.record if recorder is not None else _no_record
     if recorder is not None and mode == "install":  # checked again with every supervision step
         record = gated_by_agent(record, agent_check(host.path))

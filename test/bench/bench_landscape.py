@@ -14,7 +14,7 @@ part of gardenlet played by the stand-in):
   enable_to_relay_s       Extension created -> every shoot node's running kubelet on the relay
   disable_to_restored_s   Extension deleted -> every node's kubelet back on containerd, unit removed
   disable_to_gone_s       Extension deleted -> Extension gone (every node's record said uninstalled)
-  uninstall_node_s        per node, Extension deleted -> its record "uninstalled" (installer/node_record.py),
+  uninstall_node_s        per node, Extension deleted -> its record "uninstalled" (noderecord/),
                           in order: with maxUnavailable 50% of 2 nodes the second includes the first's step
   rss_mb_<component>      resident memory of each component while enabled (a node: everything in it)
 
@@ -43,7 +43,7 @@ from e2e.targets import LANDSCAPE_EXTRA_OPTIONS
 from fixtures.landscape import Images, Landscape, build_images, garden
 from fixtures.landscape.node_checks import NodeRunner
 
-from installer import node_record
+import noderecord
 
 pytestmark = pytest.mark.bench
 TARGET_ENABLE_S = 60.0
@@ -82,8 +82,8 @@ def test_bench_landscape(tools, tmp_path):
             g.wait_gone(600)
             gone_s = time.monotonic() - t0
             node_s = sorted(_record_time(lease) - wall0 for lease in land.shoot.get_json(
-                "leases", "-n", "kube-system", "-l", f"{node_record.LABEL}={node_record.LABEL_VALUE}")["items"]
-                if (lease["metadata"].get("annotations") or {}).get(node_record.STATE) == node_record.UNINSTALLED)
+                "leases", "-n", "kube-system", "-l", f"{noderecord.LABEL}={noderecord.LABEL_VALUE}")["items"]
+                if (lease["metadata"].get("annotations") or {}).get(noderecord.STATE) == noderecord.UNINSTALLED)
     finally:
         left = land.down()
     assert not left, f"the landscape left things behind: {left}"
@@ -102,7 +102,7 @@ def test_bench_landscape(tools, tmp_path):
 
 
 def _record_time(lease: dict) -> float:
-    stamp = lease["metadata"]["annotations"][node_record.TIME]
+    stamp = lease["metadata"]["annotations"][noderecord.TIME]
     return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
 
 

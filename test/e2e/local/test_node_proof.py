@@ -26,8 +26,9 @@ from fixtures.landscape import seed_extension
 from fixtures.landscape.control_plane import iptables_save
 from fixtures.landscape.landscape import SHOOT_INTERNAL_DOMAIN
 
+import noderecord
 from extension import node_proof
-from installer import failpoints, node_record
+from installer import failpoints
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
@@ -36,10 +37,10 @@ MR = "extension-runtime-cri-resmgr"
 TO_SHOOT_APISERVERS = "networking.resources.gardener.cloud/to-all-shoots-kube-apiserver-tcp-443"
 
 
-def records(shoot) -> dict[str, node_record.NodeRecord]:
+def records(shoot) -> dict[str, noderecord.NodeRecord]:
     items = shoot.get_json("leases", "-n", "kube-system", "-l",
-                           f"{node_record.LABEL}={node_record.LABEL_VALUE}")["items"]
-    return {r.node: r for r in map(node_record.from_lease, items) if r is not None}
+                           f"{noderecord.LABEL}={noderecord.LABEL_VALUE}")["items"]
+    return {r.node: r for r in map(noderecord.from_lease, items) if r is not None}
 
 
 def managed_resource(land) -> dict | None:
@@ -91,7 +92,7 @@ def test_install_and_uninstall_end_only_on_every_nodes_record(inside):
             return False, f"SystemComponentsHealthy {cond.get('status')}: {cond.get('message')}"
         digest = managed_resource(inside)["metadata"]["annotations"][node_proof.EXPECTED_DIGEST_ANNOTATION]
         recs = records(shoot)
-        assert all_recorded(recs, nodes, node_record.INSTALLED, digest), (cond, digest, recs)
+        assert all_recorded(recs, nodes, noderecord.INSTALLED, digest), (cond, digest, recs)
         return True, ""
     # The seed as a real one: gardenlet's kubeconfig names the internal domain; NetworkPolicies are enforced.
     assert generic_kubeconfig_server(inside) == f"https://api.{SHOOT_INTERNAL_DOMAIN}"
@@ -125,12 +126,12 @@ def test_install_and_uninstall_end_only_on_every_nodes_record(inside):
             mr = managed_resource(inside)
             if mr is not None:
                 ann = mr["metadata"].get("annotations") or {}
-                if ann.get(node_proof.EXPECTED_STATE_ANNOTATION) == node_record.UNINSTALLED:
+                if ann.get(node_proof.EXPECTED_STATE_ANNOTATION) == noderecord.UNINSTALLED:
                     seen["digest"] = ann[node_proof.EXPECTED_DIGEST_ANNOTATION]
                 return False, "managed resource still there"
             assert "digest" in seen, "the uninstall ManagedResource was never seen"
             recs = records(shoot)
-            assert all_recorded(recs, nodes, node_record.UNINSTALLED, seen["digest"]), (seen, recs)
+            assert all_recorded(recs, nodes, noderecord.UNINSTALLED, seen["digest"]), (seen, recs)
             return True, ""
 
         def error_names_the_failing_node() -> tuple[bool, str]:

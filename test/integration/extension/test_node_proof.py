@@ -2,7 +2,7 @@
 
 The test API server is seed and shoot at once: the operator reads the shoot's nodes and node records
 (Leases kube-system/cri-resmgr-node-<node>) through the shoot-access token with the installation
-chart's RBAC. The records are written with installer.node_record, as the installer writes them.
+chart's RBAC. The records are written with installer.node_recorder, as the installer writes them.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import pytest
 from extension_operator_process import wait_for
 from fixtures.seed_api import default_shoot
 
+import noderecord
 from extension import node_proof
-from installer import node_record
+from installer import node_recorder
 
 pytestmark = pytest.mark.integration
 
@@ -58,16 +59,16 @@ def test_health_and_uninstall_wait_for_every_selected_nodes_record(seed, operato
                  == "Succeeded", "reconcile", operator=operator)
         mr = seed.managed_resource(ns)
         digest = mr["metadata"]["annotations"][node_proof.EXPECTED_DIGEST_ANNOTATION]
-        recorders = {n: node_record.NodeRecorder(seed.coordination, n, digest) for n in nodes}
+        recorders = {n: node_recorder.NodeRecorder(seed.coordination, n, digest) for n in nodes}
         # gardener-resource-manager says healthy, but no node has proven its install yet.
         seed.set_mr_conditions(ns)
         wait_health(seed, ns, operator, "health waits for the nodes",
                     lambda h: "waiting for the install on 2 of 2 node" in h.get("message", ""))
         assert health(seed, ns)["status"] == "Progressing"
-        recorders[nodes[0]].record(node_record.INSTALLED)
+        recorders[nodes[0]].record(noderecord.INSTALLED)
         wait_health(seed, ns, operator, "one node left", lambda h: "on 1 of 2 node" in h.get("message", ""))
         assert nodes[1] in health(seed, ns)["message"] and nodes[0] not in health(seed, ns)["message"]
-        recorders[nodes[1]].record(node_record.INSTALLED)
+        recorders[nodes[1]].record(noderecord.INSTALLED)
         wait_health(seed, ns, operator, "healthy once every node proved it", lambda h: h.get("status") == "True")
 
         seed.delete_extension(ns)
@@ -78,19 +79,19 @@ def test_health_and_uninstall_wait_for_every_selected_nodes_record(seed, operato
         assert udigest != digest
         seed.set_mr_conditions(ns)  # the uninstall roll "healthy": still not proof
         for n in nodes:
-            recorders[n] = node_record.NodeRecorder(seed.coordination, n, udigest)
-        recorders[nodes[0]].record(node_record.UNINSTALLED)
-        recorders[nodes[1]].record(node_record.UNINSTALL_FAILED, "uninstall failed: kubelet did not restart")
+            recorders[n] = node_recorder.NodeRecorder(seed.coordination, n, udigest)
+        recorders[nodes[0]].record(noderecord.UNINSTALLED)
+        recorders[nodes[1]].record(noderecord.UNINSTALL_FAILED, "uninstall failed: kubelet did not restart")
         wait_for(lambda: (seed.extension(ns).get("status") or {}).get("lastError"), "error naming the node",
                  operator=operator)
         err = seed.extension(ns)["status"]["lastError"]["description"]
         assert f"{nodes[1]}: uninstall failed: kubelet did not restart" in err, err
         assert seed.managed_resource(ns) is not None  # the uninstalling DaemonSet stays, and so the retries
-        recorders[nodes[1]].record(node_record.UNINSTALLED)
+        recorders[nodes[1]].record(noderecord.UNINSTALLED)
         wait_for(lambda: seed.extension(ns) is None, "Extension gone once every node proved its uninstall",
                  timeout=90, operator=operator)
         assert seed.managed_resource(ns) is None
     finally:
         seed.seed_api.kubectl("delete", "node", *nodes, f"unselected-{suffix}", "--ignore-not-found", check=False)
         seed.seed_api.kubectl("delete", "lease", "-n", "kube-system",
-                              *[node_record.lease_name(n) for n in nodes], "--ignore-not-found", check=False)
+                              *[noderecord.lease_name(n) for n in nodes], "--ignore-not-found", check=False)

@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from integration.extension.pod_bound_token import pod_bound_token
 from kubernetes import client
 
-from installer import node_record
+import noderecord
+from installer import node_recorder
 
 POLICY = "cri-resmgr-installer-own-node-record"
 
@@ -25,7 +26,7 @@ def leases_deleted(seed_api, *nodes: str) -> Iterator[None]:
     try:
         yield
     finally:
-        seed_api.kubectl("delete", "lease", "-n", "kube-system", *map(node_record.lease_name, nodes),
+        seed_api.kubectl("delete", "lease", "-n", "kube-system", *map(noderecord.lease_name, nodes),
                          "--ignore-not-found", check=False)
 
 
@@ -40,15 +41,15 @@ def test_installer_writes_only_its_own_node_record(tools, seed_api):
                          container="installer") as (own, other, token, _), leases_deleted(seed_api, own, other):
         api = _coordination(seed_api.url, token)
         # Another node's record: refused once the API server has loaded the policy.
-        intruder = node_record.NodeRecorder(api, other, "d1")
+        intruder = node_recorder.NodeRecorder(api, other, "d1")
         deadline = time.monotonic() + 30
-        while intruder.record(node_record.INSTALLED) and time.monotonic() < deadline:
-            seed_api.kubectl("delete", "lease", "-n", "kube-system", node_record.lease_name(other), check=False)
+        while intruder.record(noderecord.INSTALLED) and time.monotonic() < deadline:
+            seed_api.kubectl("delete", "lease", "-n", "kube-system", noderecord.lease_name(other), check=False)
             time.sleep(0.5)
-        assert not intruder.record(node_record.INSTALLED), "an installer wrote another node's record"
+        assert not intruder.record(noderecord.INSTALLED), "an installer wrote another node's record"
         # A record under its own name but held by another node is refused too.
-        forged = node_record.NodeRecord(other, node_record.INSTALLED, "d1", time=node_record.now_rfc3339()).to_lease()
-        forged["metadata"]["name"] = node_record.lease_name(own)
+        forged = noderecord.NodeRecord(other, noderecord.INSTALLED, "d1", time=node_recorder.now_rfc3339()).to_lease()
+        forged["metadata"]["name"] = noderecord.lease_name(own)
         try:
             api.create_namespaced_lease("kube-system", forged)
             raise AssertionError("a record held by another node was accepted")
@@ -56,17 +57,17 @@ def test_installer_writes_only_its_own_node_record(tools, seed_api):
             assert err.status in (403, 422) and "may write only the record of the node" in err.body, err.body
 
         # Its own record: created, then rewritten on a change of state.
-        recorder = node_record.NodeRecorder(api, own, "digest-1")
-        assert recorder.record(node_record.INSTALLED)
-        assert recorder.record(node_record.UNINSTALL_FAILED, "uninstall failed: boom")
-        lease = seed_api.kubectl("get", "lease", "-n", "kube-system", node_record.lease_name(own),
+        recorder = node_recorder.NodeRecorder(api, own, "digest-1")
+        assert recorder.record(noderecord.INSTALLED)
+        assert recorder.record(noderecord.UNINSTALL_FAILED, "uninstall failed: boom")
+        lease = seed_api.kubectl("get", "lease", "-n", "kube-system", noderecord.lease_name(own),
                                  "-o", "json").stdout
-        rec = node_record.from_lease(json.loads(lease))
+        rec = noderecord.from_lease(json.loads(lease))
         assert rec is not None and (rec.node, rec.state, rec.digest, rec.reason) == \
-            (own, node_record.UNINSTALL_FAILED, "digest-1", "uninstall failed: boom")
+            (own, noderecord.UNINSTALL_FAILED, "digest-1", "uninstall failed: boom")
         # Deleting records is not the installer's business: its Role has no delete.
         try:
-            api.delete_namespaced_lease(node_record.lease_name(own), "kube-system")
+            api.delete_namespaced_lease(noderecord.lease_name(own), "kube-system")
             raise AssertionError("the installer could delete its record")
         except client.exceptions.ApiException as err:
             assert err.status == 403, err.body

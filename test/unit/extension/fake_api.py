@@ -115,8 +115,10 @@ class FakeCore:
     def __init__(self, store: FakeStore) -> None:
         self.store = store
         self.config_maps: dict[tuple[str, str], dict[str, str]] = {}
+        self.config_map_reads: list[tuple[str, str]] = []  # (namespace, name) of every read, for counting
 
     def read_namespaced_config_map(self, name: str, ns: str) -> SimpleNamespace:
+        self.config_map_reads.append((ns, name))
         if (ns, name) not in self.config_maps:
             raise _missing(f"configmap {ns}/{name}")
         return SimpleNamespace(data=dict(self.config_maps[(ns, name)]))

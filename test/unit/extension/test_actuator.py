@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from unit.extension.fake_api import FakeApis
 
+import noderecord
+from extension import base_configs, node_proof
 from extension import constants as c
-from extension import node_proof
 from extension.actuator import Actuator, ActuatorSettings, UninstallTimeout
 from extension.errors import ConfigurationError, WaitingError
 from extension.gardener.cluster import ClusterInfo
 from extension.installation import UNINSTALL
-from installer import node_record
 
 REPO = Path(__file__).resolve().parents[3]
 NS = "shoot--dev--local"
@@ -52,7 +52,7 @@ class RecordedShoot(node_proof.ShootReader):
             "worker.gardener.cloud/cri-name": "containerd", c.WORKER_POOL_LABEL: pool}}})
 
     def record(self, node: str, state: str, digest: str, reason: str = "") -> None:
-        self.leases[node] = node_record.NodeRecord(node, state, digest, reason).to_lease()
+        self.leases[node] = noderecord.NodeRecord(node, state, digest, reason).to_lease()
 
     def nodes_and_records(self, namespace: str) -> tuple[list[dict], list[dict]]:
         return self.nodes, list(self.leases.values())
@@ -88,8 +88,8 @@ def secret_of(apis: FakeApis, name: str = c.MANAGED_RESOURCE_NAME) -> str:
 
 def test_hibernated_shoot_is_validated_but_gets_nothing(apis: FakeApis) -> None:
     actuator = make_actuator(apis)  # nothing is rendered, so no helm is needed
-    detail = actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster(hibernated=True))
-    assert detail == "Shoot is hibernated; nothing deployed"
+    result = actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster(hibernated=True))
+    assert result.detail == "Shoot is hibernated; nothing deployed"
     assert apis.store.calls == []
     with pytest.raises(ConfigurationError, match="fallback"):
         actuator.reconcile(extension(provider_config(fallback="policy:\n  Active: nope\n")),
@@ -97,7 +97,7 @@ def test_hibernated_shoot_is_validated_but_gets_nothing(apis: FakeApis) -> None:
 
 
 def test_reconcile_deploys_both_components_and_is_idempotent(apis: FakeApis, actuator: Actuator) -> None:
-    detail = actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster())
+    detail = actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster()).detail
     runtime, monitoring = apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME), \
         apis.object(MRS, NS, c.MONITORING_MANAGED_RESOURCE_NAME)
     assert "class" not in runtime["spec"]  # targets the shoot
@@ -106,7 +106,7 @@ def test_reconcile_deploys_both_components_and_is_idempotent(apis: FakeApis, act
     assert detail.startswith("Deployed ") and detail.endswith(f"via secret {secret}")
     assert apis.object("secrets", NS, secret) is not None
     writes = len(apis.store.calls)
-    assert actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster()) == detail
+    assert actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster()).detail == detail
     # The same content keeps the same secret: no new secret, only the ManagedResources are patched again.
     assert [verb for verb, _ in apis.store.calls[writes:]] == ["patch", "patch"]
 
@@ -123,7 +123,7 @@ def test_delete_rolls_the_uninstall_and_waits_for_every_node_record(apis: FakeAp
     install_digest = apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME)["metadata"]["annotations"][
         node_proof.EXPECTED_DIGEST_ANNOTATION]
     for node in ("n1", "n2"):
-        shoot.record(node, node_record.UNINSTALLED, "digest-of-an-earlier-disable")
+        shoot.record(node, noderecord.UNINSTALLED, "digest-of-an-earlier-disable")
     with pytest.raises(WaitingError, match="waiting for the uninstall on 2 of 2 node.*n1: record is of another"):
         actuator.delete(ex, cluster(), runtime_seconds=1)
     uninstalling = secret_of(apis)
@@ -133,10 +133,10 @@ def test_delete_rolls_the_uninstall_and_waits_for_every_node_record(apis: FakeAp
     assert digest != install_digest
     # A healthy ManagedResource is not proof.
     mark_healthy(apis)
-    shoot.record("n1", node_record.UNINSTALLED, digest)
+    shoot.record("n1", noderecord.UNINSTALLED, digest)
     with pytest.raises(UninstallTimeout, match="not finished after 601s.*1 of 2 node.*n2"):
         actuator.delete(ex, cluster(), runtime_seconds=601)
-    shoot.record("n2", node_record.UNINSTALL_FAILED, digest, "uninstall failed: kubelet did not come back")
+    shoot.record("n2", noderecord.UNINSTALL_FAILED, digest, "uninstall failed: kubelet did not come back")
     with pytest.raises(node_proof.NodesFailed, match="uninstall failed on 1 of 2 node.*n2: uninstall failed: kubelet"):
         actuator.delete(ex, cluster(), runtime_seconds=602)
     assert apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME) is not None  # the uninstalling DaemonSet stays
@@ -203,17 +203,23 @@ def test_migrate_keeps_the_objects_and_removes_our_resources(apis: FakeApis, act
 
 def test_base_configs_come_from_the_operator_configmap(apis: FakeApis) -> None:
     actuator = make_actuator(apis, configmap_namespace="garden")
+    ex = extension(provider_config(default=FALLBACK))
     with pytest.raises(ConfigurationError, match="base configs ConfigMap not found"):
-        actuator.base_configs()
-    apis.core.config_maps[("garden", c.CONFIGS_CONFIGMAP_NAME)] = {"fallback": FALLBACK}
-    split = actuator.configs(actuator.provider_config(extension(provider_config(default=FALLBACK))))
+        actuator.reconcile(ex, cluster(hibernated=True))
+    base = {"fallback": FALLBACK}
+    apis.core.config_maps[("garden", c.CONFIGS_CONFIGMAP_NAME)] = base
+    split = actuator.configs(actuator.provider_config(ex), actuator.base_configs())
     assert set(split.static) == {"fallback"} and set(split.dynamic) == {"default"}
+    # The reconcile says which base configs it used; without a ConfigMap configured, none.
+    assert actuator.reconcile(ex, cluster(hibernated=True)).base_configs_digest == base_configs.digest(base)
+    assert make_actuator(apis).reconcile(ex, cluster(hibernated=True)).base_configs_digest is None
 
 
 def test_the_rollout_digest_follows_what_the_installer_applies_only(actuator: Actuator) -> None:
     def digest(pc: dict) -> str:
         return actuator.installation(NS, cluster(), actuator.provider_config(extension(pc)),
-                                     actuator.configs(actuator.provider_config(extension(pc))), "install").values.digest
+                                     actuator.configs(actuator.provider_config(extension(pc)), None),
+                                     "install").values.digest
     base = digest(provider_config(fallback=FALLBACK))
     assert digest(provider_config(fallback=FALLBACK)) == base
     # The agent's dynamic configs do not re-roll the installer; a static config or the selection does.

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import yaml
 
+import noderecord
 from extension import constants as c
 from extension import node_proof
 from extension.node_proof import Selection, assess
-from installer import node_record
 
 
 def node(name: str, pool: str = "a", cri: str = "containerd", **labels: str) -> dict:
@@ -16,41 +16,41 @@ def node(name: str, pool: str = "a", cri: str = "containerd", **labels: str) -> 
 
 
 def lease(name: str, state: str, digest: str = "d", reason: str = "") -> dict:
-    return node_record.NodeRecord(name, state, digest, reason).to_lease()
+    return noderecord.NodeRecord(name, state, digest, reason).to_lease()
 
 
 def test_every_selected_node_must_record_the_expected_state_of_this_rollout() -> None:
     nodes = [node("n1"), node("n2"), node("n3", pool="b"), node("docker", cri="docker")]
-    leases = [lease("n1", node_record.UNINSTALLED), lease("n2", node_record.UNINSTALLED, digest="older"),
-              lease("n3", node_record.INSTALLED)]
-    proof = assess(nodes, leases, node_record.UNINSTALLED, "d", Selection())
+    leases = [lease("n1", noderecord.UNINSTALLED), lease("n2", noderecord.UNINSTALLED, digest="older"),
+              lease("n3", noderecord.INSTALLED)]
+    proof = assess(nodes, leases, noderecord.UNINSTALLED, "d", Selection())
     assert proof.nodes == 3  # the docker node is never selected
     assert proof.pending == ["n2: record is of another rollout (uninstalled)",
                              "n3: installed"]
     assert not proof.done
     # Worker pools narrow the selection; nodes that are gone or unselected never block.
-    only_a = assess(nodes, leases, node_record.UNINSTALLED, "d", Selection(worker_pools=("a",)))
+    only_a = assess(nodes, leases, noderecord.UNINSTALLED, "d", Selection(worker_pools=("a",)))
     assert only_a.nodes == 2 and only_a.pending == ["n2: record is of another rollout (uninstalled)"]
-    assert assess(nodes[:1], leases, node_record.UNINSTALLED, "d", Selection(worker_pools=("a",))).done
+    assert assess(nodes[:1], leases, noderecord.UNINSTALLED, "d", Selection(worker_pools=("a",))).done
 
 
 def test_failures_and_progress_are_told_apart() -> None:
     nodes = [node("n1"), node("n2"), node("n3", role="db")]
-    leases = [lease("n1", node_record.UNINSTALL_FAILED, reason="uninstall failed: boom"),
-              lease("n2", node_record.INSTALLED)]
-    proof = assess(nodes, leases, node_record.UNINSTALLED, "d", Selection())
+    leases = [lease("n1", noderecord.UNINSTALL_FAILED, reason="uninstall failed: boom"),
+              lease("n2", noderecord.INSTALLED)]
+    proof = assess(nodes, leases, noderecord.UNINSTALLED, "d", Selection())
     assert proof.failed == ["n1: uninstall failed: boom"]
     assert proof.pending == ["n2: installed", "n3: no record yet"]
-    install = assess(nodes, [lease("n1", node_record.DEGRADED, reason="relay silent")], node_record.INSTALLED,
+    install = assess(nodes, [lease("n1", noderecord.DEGRADED, reason="relay silent")], noderecord.INSTALLED,
                      "d", Selection(node_selector={"role": "db"}))
     assert install.nodes == 1 and install.pending == ["n3: no record yet"] and not install.failed
 
 
 def test_a_lease_is_a_record_only_under_its_holders_name() -> None:
-    forged = lease("n1", node_record.UNINSTALLED)
+    forged = lease("n1", noderecord.UNINSTALLED)
     forged["spec"]["holderIdentity"] = "n2"
-    assert node_record.from_lease(forged) is None
-    assert assess([node("n2")], [forged], node_record.UNINSTALLED, "d", Selection()).pending == ["n2: no record yet"]
+    assert noderecord.from_lease(forged) is None
+    assert assess([node("n2")], [forged], noderecord.UNINSTALLED, "d", Selection()).pending == ["n2: no record yet"]
 
 
 def test_selection_round_trips_through_the_annotation() -> None:
@@ -61,7 +61,7 @@ def test_selection_round_trips_through_the_annotation() -> None:
 
 def test_many_nodes_are_counted_not_listed() -> None:
     nodes = [node(f"n{i:03d}") for i in range(100)]
-    proof = assess(nodes, [], node_record.UNINSTALLED, "d", Selection())
+    proof = assess(nodes, [], noderecord.UNINSTALLED, "d", Selection())
     text = node_proof.describe(proof.pending)
     assert text.startswith("n000: no record yet") and text.endswith("and 95 more")
 

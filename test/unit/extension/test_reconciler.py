@@ -3,16 +3,20 @@ lastOperation, lastError, observedGeneration, annotations and the finalizer say 
 
 from __future__ import annotations
 
+import collections
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 from unit.extension.fake_api import FakeApis
 from unit.extension.test_actuator import FALLBACK, MRS, NS, make_actuator, mark_healthy, provider_config
 
+import noderecord
 from extension import base_configs, node_proof
 from extension import constants as c
 from extension.errors import RetryLater
 from extension.gardener import status
 from extension.reconciler import CONFIG_RETRY_MAX, OperatorSettings, Reconciler
-from installer import node_record
 
 EXT = ("extensions", NS, "cri-resmgr")
 
@@ -91,6 +95,53 @@ def test_unknown_config_fields_are_a_warning_and_the_reconcile_succeeds(apis: Fa
             ) in last["description"]
 
 
+@pytest.mark.parametrize("hibernated", [True, False], ids=["hibernated", "deploying"])
+def test_one_reconcile_reads_the_base_configs_once_and_validates_each_config_once(
+        apis: FakeApis, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, hibernated: bool) -> None:
+    """The actuator's reconcile hands its warnings and the digest of the base configs it used to the reconciler,
+    which neither reads the ConfigMap again nor validates the configs again to find them."""
+    import resmgr.config
+    import resmgr.config.extra_options
+
+    validated: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def check(*args: Any, **kwargs: Any) -> Any:
+            validated[(name, kwargs.get("source", ""))] += 1
+            return real(*args, **kwargs)
+        return check
+
+    for module, name in ((resmgr.config, "check_config_text"), (resmgr.config, "check_config_sections"),
+                         (resmgr.config.extra_options, "check_extra_options")):
+        monkeypatch.setattr(module, name, counted(name, getattr(module, name)))
+    base = {"fallback": FALLBACK}
+    apis.core.config_maps[("garden", c.CONFIGS_CONFIGMAP_NAME)] = base
+    put_cluster(apis, hibernated=hibernated)
+    put_extension(apis, {**provider_config(default="policy:\n  Active: none\n",
+                                           EXTRA_OPTIONS="--metrics-interval=10s"), "workerPools": ["pool-x"]})
+    helm = "helm-is-not-needed" if hibernated else str(request.getfixturevalue("tools").helm)
+    r = Reconciler(apis, make_actuator(apis, helm, configmap_namespace="garden"),
+                   OperatorSettings(retry_delay_min=1, retry_delay_max=8, base_configs_interval=600))
+    r.change(NS, "cri-resmgr")
+    ex = extension(apis)
+    description = ex["status"]["lastOperation"]["description"]
+    assert ex["status"]["lastOperation"]["state"] == status.SUCCEEDED, description
+    # The warnings of that one validation: the worker pool and the flag accepted but not applied.
+    assert "warning: providerConfig.workerPools[0]: worker pool 'pool-x' does not exist" in description
+    assert "warning: providerConfig.configs.EXTRA_OPTIONS: accepted, not implemented" in description
+    assert ex["metadata"]["annotations"][base_configs.RECONCILED_ANNOTATION] == base_configs.digest(base)
+    assert apis.core.config_map_reads == [("garden", c.CONFIGS_CONFIGMAP_NAME)]
+    assert sorted(validated) == [
+        ("check_config_sections", "providerConfig.configs.default"),
+        ("check_config_text", f"configmap garden/{c.CONFIGS_CONFIGMAP_NAME}.fallback"),
+        ("check_config_text", "providerConfig.configs.default"),
+        ("check_extra_options", "")]
+    assert set(validated.values()) == {1}, validated
+    # The periodic check compares with what the reconcile read: no read of its own, nothing to request.
+    assert r.check_base_configs(extension(apis)) is False
+    assert len(apis.core.config_map_reads) == 1
+
+
 def test_configuration_error_is_recorded_and_retried_soon(apis: FakeApis) -> None:
     put_extension(apis, provider_config(fallback="policy:\n  Active: nope\n"))
     with pytest.raises(RetryLater) as err:
@@ -143,13 +194,13 @@ def test_delete_waits_for_the_uninstall_then_succeeds(apis: FakeApis, tools) -> 
     mark_healthy(apis)  # not proof
     digest = apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME)["metadata"]["annotations"][
         node_proof.EXPECTED_DIGEST_ANNOTATION]
-    r.actuator.shoot.record("n1", node_record.UNINSTALL_FAILED, digest, "uninstall failed: boom")
+    r.actuator.shoot.record("n1", noderecord.UNINSTALL_FAILED, digest, "uninstall failed: boom")
     with pytest.raises(RetryLater, match="uninstall failed on 1 of 1 node"):
         r.delete(NS, "cri-resmgr", runtime_seconds=3, retry=1)
     ex = extension(apis)
     assert "n1: uninstall failed: boom" in ex["status"]["lastError"]["description"]
     assert ex["status"]["lastOperation"]["state"] == status.ERROR
-    r.actuator.shoot.record("n1", node_record.UNINSTALLED, digest)
+    r.actuator.shoot.record("n1", noderecord.UNINSTALLED, digest)
     assert r.delete(NS, "cri-resmgr", runtime_seconds=5, retry=2) == \
         "Uninstalled cri-resmgr and deleted managed resources"
     last = extension(apis)["status"]["lastOperation"]

@@ -22,12 +22,12 @@ from unit.extension.test_actuator import (
     provider_config,
 )
 
+import noderecord
 from extension import chart_render, node_proof
 from extension import constants as c
 from extension.actuator import UninstallTimeout
 from extension.errors import WaitingError
 from extension.node_proof import Selection
-from installer import node_record
 
 
 class UnreachableShoot(node_proof.ShootReader):
@@ -50,10 +50,10 @@ class UnreachableShoot(node_proof.ShootReader):
 def test_an_unreachable_shoot_api_server_is_told_apart(host: str, cause: str) -> None:
     reader = UnreachableShoot(FakeApis(), host)
     with pytest.raises(node_proof.ShootUnreachable, match=f"cannot reach the shoot's API server.*{cause}") as err:
-        reader.check(NS, node_record.UNINSTALLED, "d", Selection(), 7.0)
+        reader.check(NS, noderecord.UNINSTALLED, "d", Selection(), 7.0)
     assert err.value.delay == 7.0
     # The health check says the check itself failed, not that the nodes are progressing.
-    mr = {"metadata": {"annotations": {node_proof.EXPECTED_STATE_ANNOTATION: node_record.INSTALLED,
+    mr = {"metadata": {"annotations": {node_proof.EXPECTED_STATE_ANNOTATION: noderecord.INSTALLED,
                                        node_proof.EXPECTED_DIGEST_ANNOTATION: "d"}}}
     status, reason, message = node_proof.health(reader, NS, mr)
     assert (status, reason) == ("Unknown", "ConditionCheckError") and cause in message

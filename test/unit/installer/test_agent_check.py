@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from installer import node_record
+import noderecord
 from installer.agent_check import agent_check, gated_by_agent
 from installer.host import resolve_in_root
 
@@ -18,9 +18,9 @@ def test_installed_waits_for_the_agent_then_is_written() -> None:
     written, record = recording()
     answers = iter([(False, "unhealthy: config error"), (True, "ok: config-status healthy")])
     gated = gated_by_agent(record, lambda: next(answers))
-    gated(node_record.INSTALLED, "")
-    gated(node_record.INSTALLED, "")
-    assert written == [(node_record.AGENT_NOT_READY, "unhealthy: config error"), (node_record.INSTALLED, "")]
+    gated(noderecord.INSTALLED, "")
+    gated(noderecord.INSTALLED, "")
+    assert written == [(noderecord.AGENT_NOT_READY, "unhealthy: config error"), (noderecord.INSTALLED, "")]
 
 
 def test_other_states_pass_without_asking_the_agent() -> None:
@@ -30,9 +30,9 @@ def test_other_states_pass_without_asking_the_agent() -> None:
         raise AssertionError("the agent was asked")
 
     gated = gated_by_agent(record, never)
-    for state in (node_record.DEGRADED, node_record.INSTALL_FAILED):
+    for state in (noderecord.DEGRADED, noderecord.INSTALL_FAILED):
         gated(state, "why")
-    assert written == [(node_record.DEGRADED, "why"), (node_record.INSTALL_FAILED, "why")]
+    assert written == [(noderecord.DEGRADED, "why"), (noderecord.INSTALL_FAILED, "why")]
 
 
 def test_the_socket_is_found_through_the_nodes_symlinks(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from installer import failpoints, node_record
+import noderecord
+from installer import failpoints
 from installer.cli import MODE_ENV, build_parser, main, make_host, resolve_mode, run_uninstall
 from installer.install import InstallSettings, NodeInstaller
 from installer.readiness import probe, write_ready
@@ -81,10 +82,10 @@ def test_uninstall_records_its_failure_and_then_its_success(tmp_path: Path) -> N
     failpoint.write_text("fail injected\n")
     records: list[tuple[str, str]] = []
     assert run_uninstall(installer, args, threading.Event(), lambda s, r: records.append((s, r))) == 1
-    assert records == [(node_record.UNINSTALL_FAILED, "uninstall failed: failpoint uninstall-start: injected")]
+    assert records == [(noderecord.UNINSTALL_FAILED, "uninstall failed: failpoint uninstall-start: injected")]
     failpoint.unlink()
     assert run_uninstall(installer, args, threading.Event(), lambda s, r: records.append((s, r))) == 0
-    assert records[-1] == (node_record.UNINSTALLED, "")
+    assert records[-1] == (noderecord.UNINSTALLED, "")
 
 
 class _FailingInstaller:
@@ -111,7 +112,7 @@ def test_a_failed_install_leaves_the_node_usable_and_says_so_in_the_record(tmp_p
     assert run_install(_FailingInstaller({}), args, threading.Event(), lambda s, r: records.append((s, r))) == 1
     ready, why = probe(tmp_path / "ready")
     assert ready and "kubelet stays on the container runtime" in why, why
-    assert records == [(node_record.INSTALL_FAILED, "install failed: the relay did not answer CRI Version within 60s")]
+    assert records == [(noderecord.INSTALL_FAILED, "install failed: the relay did not answer CRI Version within 60s")]
     assert run_install(_FailingInstaller({"kubelet_target": "relay"}), args, threading.Event(),
                        lambda s, r: records.append((s, r))) == 1
     assert not probe(tmp_path / "ready")[0]

@@ -1,12 +1,4 @@
-"""The per-node record: proof, in the shoot API, of what the installer finished on its node.
-
-Pod readiness is not proof: a restarted kubelet reports the installer pod Ready before its first
-probe has run, and gardener-resource-manager turns that into a healthy ManagedResource. So the
-installer writes, after "install complete" (the relay answered CRI Version and kubelet runs on it)
-and after "uninstall complete", a coordination.k8s.io Lease ``cri-resmgr-node-<node>`` in
-kube-system: holderIdentity = the node, annotations = state, the digest of the rollout it
-applied (the extension compares it, so a record of an earlier rollout never counts), a reason and
-the time. The extension (extension/node_proof.py) reads these records against the node list.
+"""Writing this node's record (the format is the package ``noderecord``), through the installer's ServiceAccount.
 
 The installer's ServiceAccount may create and update leases only; a ValidatingAdmissionPolicy in
 the chart (installer-node-record-policy.yaml) lets it write only its own node's record, named in
@@ -18,64 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger("installer.node_record")
+from noderecord import NAMESPACE, STATES, NodeRecord, lease_name
 
-NAMESPACE = "kube-system"
-LEASE_PREFIX = "cri-resmgr-node-"
-ANNOTATION_PREFIX = "cri-resmgr.gardener.cloud/"
-STATE = ANNOTATION_PREFIX + "state"
-DIGEST = ANNOTATION_PREFIX + "digest"
-REASON = ANNOTATION_PREFIX + "reason"
-TIME = ANNOTATION_PREFIX + "time"
-LABEL = "app.kubernetes.io/name"
-LABEL_VALUE = "cri-resmgr-node-record"
-
-# States. Only INSTALLED and UNINSTALLED are proof; the others carry the reason for the operator.
-INSTALLED = "installed"
-UNINSTALLED = "uninstalled"
-INSTALL_FAILED = "install-failed"
-UNINSTALL_FAILED = "uninstall-failed"
-DEGRADED = "degraded"  # installed, but the supervisor fell back to containerd or the relay is unhealthy
-AGENT_NOT_READY = "agent-not-ready"  # the relay serves kubelet, but cri-resmgr-agent does not answer healthy yet
-STATES = (INSTALLED, UNINSTALLED, INSTALL_FAILED, UNINSTALL_FAILED, DEGRADED, AGENT_NOT_READY)
-MAX_REASON = 512  # annotations are small; the installer's log has the whole story
-
-
-def lease_name(node: str) -> str:
-    return LEASE_PREFIX + node
-
-
-@dataclass(frozen=True)
-class NodeRecord:
-    node: str
-    state: str
-    digest: str
-    reason: str = ""
-    time: str = ""
-
-    def to_lease(self) -> dict[str, Any]:
-        return {
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": lease_name(self.node), "namespace": NAMESPACE, "labels": {LABEL: LABEL_VALUE},
-                         "annotations": {STATE: self.state, DIGEST: self.digest,
-                                         REASON: self.reason[:MAX_REASON], TIME: self.time}},
-            "spec": {"holderIdentity": self.node, "renewTime": self.time},
-        }
-
-
-def from_lease(lease: dict[str, Any]) -> NodeRecord | None:
-    """The record a Lease holds, or None if it is not one of ours (wrong name or holder)."""
-    meta = lease.get("metadata") or {}
-    name = str(meta.get("name") or "")
-    holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
-    if not name.startswith(LEASE_PREFIX) or name != lease_name(holder):
-        return None
-    ann = meta.get("annotations") or {}
-    return NodeRecord(node=holder, state=ann.get(STATE, ""), digest=ann.get(DIGEST, ""),
-                      reason=ann.get(REASON, ""), time=ann.get(TIME, ""))
+log = logging.getLogger("installer.node_recorder")
 
 
 def now_rfc3339() -> str:
