@@ -57,15 +57,19 @@ test: venv
 test-unit: venv
 	$(call run_pytest,test/unit)
 
-# The local e2e suite on the landscape (8 scenarios on one landscape: ~20 min on a busy 2-core machine)
-# and everything else (including the demo test, which starts its own landscape); `make test` runs both at
-# once, and CI can also run them as two jobs (.ci/run main | .ci/run landscape).
-LANDSCAPE_TESTS := test/e2e/local
+# Tiers (test/fixtures/tiers.py; each test carries its tier's marker): unit (pyproject's testpaths, so a bare
+# `pytest` runs only the fast tier), integration, landscape (test/e2e/local), e2e (a real Gardener).
+# `make test` runs two halves at once, split by wall time rather than by tier: the landscape half is the
+# scenarios on the shared landscape; the demo test (landscape tier, its own landscape) runs in the other half.
+# CI can also run them as two jobs (.ci/run main | .ci/run landscape).
+DEMO_TEST := test/e2e/local/test_demo.py
+MAIN_HALF := test/unit test/integration test/e2e/gardener $(DEMO_TEST)
+LANDSCAPE_HALF := test/e2e/local --deselect=$(DEMO_TEST)
 test-main: venv
-	$(call run_pytest,$(PYTEST_ARGS) $(foreach t,$(LANDSCAPE_TESTS),--ignore=$(t)))
+	$(call run_pytest,$(PYTEST_ARGS) $(MAIN_HALF))
 
 test-landscape: venv
-	$(call run_pytest,$(PYTEST_ARGS) $(LANDSCAPE_TESTS))
+	$(call run_pytest,$(PYTEST_ARGS) $(LANDSCAPE_HALF))
 
 test-integration: venv
 	$(call run_pytest,test/integration)
@@ -76,7 +80,7 @@ test-integration: venv
 test-explore: venv
 	@seed=$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; \
 	echo "test-explore: hypothesis seed $$seed (reproduce: make test-explore SEED=$$seed)"; \
-	HYPOTHESIS_PROFILE=explore $(PYTEST) -m property -p no:cacheprovider --hypothesis-seed=$$seed $(EXPLORE_ARGS); \
+	HYPOTHESIS_PROFILE=explore $(PYTEST) -m property -p no:cacheprovider --hypothesis-seed=$$seed test/unit test/integration $(EXPLORE_ARGS); \
 	rc=$$?; echo "test-explore: seed $$seed, exit $$rc"; if [ $$rc -eq 5 ]; then echo "no property tests collected" >&2; exit 1; fi; exit $$rc
 
 lint: venv
