@@ -60,11 +60,12 @@ test-unit: venv
 # Tiers (test/fixtures/tiers.py; each test carries its tier's marker): unit (pyproject's testpaths, so a bare
 # `pytest` runs only the fast tier), integration, landscape (test/e2e/local), e2e (a real Gardener).
 # `make test` runs two halves at once, split by wall time rather than by tier: the landscape half is the
-# scenarios on the shared landscape; the demo test (landscape tier, its own landscape) runs in the other half.
+# scenarios on the shared landscape; the landscape-tier tests that start a landscape of their own (the demo, a
+# real gardenlet's ControllerInstallation) run at the end of the other half.
 # CI can also run them as two jobs (.ci/run main | .ci/run landscape).
-DEMO_TEST := test/e2e/local/test_demo.py
-MAIN_HALF := test/unit test/integration test/e2e/gardener $(DEMO_TEST)
-LANDSCAPE_HALF := test/e2e/local --deselect=$(DEMO_TEST)
+OWN_LANDSCAPE_TESTS := test/e2e/local/test_demo.py test/e2e/local/test_controller_installation.py
+MAIN_HALF := test/unit test/integration test/e2e/gardener $(OWN_LANDSCAPE_TESTS)
+LANDSCAPE_HALF := test/e2e/local $(foreach t,$(OWN_LANDSCAPE_TESTS),--deselect=$(t))
 test-main: venv
 	$(call run_pytest,$(PYTEST_ARGS) $(MAIN_HALF))
 
