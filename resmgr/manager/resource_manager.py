@@ -44,7 +44,7 @@ from resmgr.control.controllers import Controllers
 from resmgr.manager.cache import Cache, CacheData, CacheEncoder
 from resmgr.manager.deadline_timers import DeadlineTimers
 from resmgr.manager.placement_diff import PENDING_PREFIX, diff_groups, diff_placements, fmt_cpus
-from resmgr.manager.resources import (
+from resmgr.model.resources import (
     ContainerInfo,
     PodInfo,
     container_from_create_request,
