@@ -12,6 +12,7 @@ import argparse
 import signal
 
 from resmgr import __version__
+from resmgr.durations import parse_go_duration
 
 DEFAULT_RELAY_SOCKET = "/var/run/cri-resmgr/cri-resmgr.sock"
 DEFAULT_RUNTIME_SOCKET = "/var/run/containerd/containerd.sock"
@@ -90,8 +91,6 @@ def _duration(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        from resmgr.policy.memory_tiers import parse_go_duration  # only for the Go spelling
-
         try:
             value = parse_go_duration(text)
         except ValueError:

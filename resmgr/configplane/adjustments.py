@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from resmgr.config import parse_cpu_quantity, parse_memory_quantity
-from resmgr.manager import expressions
-from resmgr.manager.expressions import OPERATORS as OPERATORS  # re-exported: one expression language
-from resmgr.manager.expressions import ContainerView, Expression, ExpressionError
-from resmgr.manager.expressions import container_view as container_view
+from resmgr.model import expressions
+from resmgr.model.expressions import OPERATORS as OPERATORS  # re-exported: one expression language
+from resmgr.model.expressions import ContainerView, Expression, ExpressionError
+from resmgr.model.expressions import container_view as container_view
 
 SPEC_FIELDS = ("scope", "resources", "classes", "toptierLimit")
 RESOURCE_NAMES = ("cpu", "memory")

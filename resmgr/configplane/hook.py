@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from google.protobuf.message import Message
@@ -13,8 +14,8 @@ from resmgr.relay.hooks import ContainerUpdate, HookResult, ResourceManagerHook
 class AdjustingHook:
     """Wraps the resource manager's hook: after StartContainer and UpdateContainerResources the node's
     adjustments are applied again, so a new container in an adjustment's scope gets its override and a
-    resized one keeps it (sent as ContainerUpdates by the applier). Everything else is the wrapped
-    hook's. ``plane`` may be set after construction."""
+    resized one keeps it (sent as ContainerUpdates by the applier). The rest of the contract is the
+    wrapped hook's, passed through one method each. ``plane`` may be set after construction."""
 
     def __init__(self, inner: ResourceManagerHook, plane: ConfigPlane | None = None) -> None:
         self.inner = inner
@@ -30,5 +31,30 @@ class AdjustingHook:
             self.plane.refresh_adjustments()
         return updates
 
-    def __getattr__(self, name: str) -> Any:  # sync, placements, ...: the resource manager's own
-        return getattr(self.inner, name)
+    def failed(self, method: str, request: Message, *call: object) -> list[ContainerUpdate]:
+        return self.inner.failed(method, request, *call)
+
+    def sync_with_runtime(self, pods: list[Any], containers: list[Any], resources: dict[str, Any] | None = None,
+                          since: tuple[frozenset[str], frozenset[str]] | None = None) -> list[ContainerUpdate]:
+        return self.inner.sync_with_runtime(pods, containers, resources, since=since)
+
+    def reconfigure(self, config: dict[str, Any]) -> list[ContainerUpdate]:
+        return self.inner.reconfigure(config)
+
+    def keeps_containers(self) -> bool:
+        return self.inner.keeps_containers()
+
+    def containers_exited(self, container_ids: Collection[str]) -> list[ContainerUpdate]:
+        return self.inner.containers_exited(container_ids)
+
+    def runtime_drift(self, containers: list[Any]) -> frozenset[str]:
+        return self.inner.runtime_drift(containers)
+
+    def request_resync(self, reason: str) -> None:
+        self.inner.request_resync(reason)
+
+    def resync_wanted(self) -> bool:
+        return self.inner.resync_wanted()
+
+    def begin_resync(self) -> tuple[frozenset[str], frozenset[str]]:
+        return self.inner.begin_resync()

@@ -21,7 +21,7 @@ from resmgr.config import ConfigError
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView, container_view
 from resmgr.control.toptier import OVERRIDE_KEY as TOPTIER_OVERRIDE
 from resmgr.manager.resource_manager import Resize, ResourceManager
-from resmgr.manager.resources import ContainerInfo, qos_from_resources
+from resmgr.model.resources import ContainerInfo, qos_from_resources
 from resmgr.relay.hooks import ContainerUpdate
 
 log = logging.getLogger("resmgr.configplane")

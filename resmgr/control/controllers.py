@@ -28,7 +28,7 @@ from typing import Any
 from resmgr.config import ConfigError
 from resmgr.control import blockio, cpu_classes, rdt, toptier
 from resmgr.control.cgroups import CGROUP_ROOT, CgroupError, container_pids, controller_root, find_container_dir
-from resmgr.manager.resources import ContainerInfo, PodInfo, preference_annotation
+from resmgr.model.resources import ContainerInfo, PodInfo, preference_annotation
 from resmgr.topology.model import Topology
 
 log = logging.getLogger("resmgr.control")

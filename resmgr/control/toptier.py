@@ -17,7 +17,7 @@ from pathlib import Path
 
 from resmgr.config.constraints import parse_memory_quantity
 from resmgr.control.cgroups import controller_root, is_unified
-from resmgr.manager.resources import ContainerInfo, preference_annotation
+from resmgr.model.resources import ContainerInfo, preference_annotation
 
 log = logging.getLogger("resmgr.control")
 

@@ -44,7 +44,7 @@ from resmgr.control.controllers import Controllers
 from resmgr.manager.cache import Cache, CacheData, CacheEncoder
 from resmgr.manager.deadline_timers import DeadlineTimers
 from resmgr.manager.placement_diff import PENDING_PREFIX, diff_groups, diff_placements, fmt_cpus
-from resmgr.manager.resources import (
+from resmgr.model.resources import (
     ContainerInfo,
     PodInfo,
     container_from_create_request,
@@ -328,13 +328,12 @@ class ResourceManager:
             self.save()
             return self._number(diff_groups(self.policy, old, reason="pools resized by CPU usage"))
 
-    # -- relay entry points besides the hook protocol (see resmgr.relay.hooks) ------------------
+    # -- the front ends' contract (resmgr.relay.hooks.ResourceManagerHook) --------------------------
     def reconfigure(self, config: dict[str, Any], source: str = FORCE) -> list[ContainerUpdate]:
         """SIGHUP: apply the re-read ``--force-config`` (same rules as set_config, never refused as forced)."""
         with self._lock:
             return self._number(self._apply(config, source))
 
-    # -- hook protocol --------------------------------------------------------------------------
     # Calls run concurrently: only decisions and their bookkeeping hold ``_lock``, never the runtime
     # call. A decision reserves (a pending allocation, a resize with its undo record) and hands the
     # record back as the HookResult's ``call``; ``after`` confirms it, ``failed`` gives it back.
@@ -387,6 +386,10 @@ class ResourceManager:
 
     def resync_wanted(self) -> bool:
         return self._resync_wanted
+
+    def keeps_containers(self) -> bool:
+        """Yes: the relay reports exits (containers_exited) and compares its listings (runtime_drift)."""
+        return True
 
     def runtime_drift(self, containers: list[Any]) -> frozenset[str]:
         """Container ids where the runtime's listing and what is known disagree: running containers never seen,

@@ -40,7 +40,7 @@ from typing import Any
 
 from resmgr.config import ConfigError
 from resmgr.config import _load_yaml as load_bounded_yaml  # the bounded strict loader configs use
-from resmgr.manager.expressions import (
+from resmgr.model.expressions import (
     ContainerView,
     Expression,
     ExpressionError,
@@ -48,7 +48,7 @@ from resmgr.manager.expressions import (
     key_value,
     parse_expression,
 )
-from resmgr.manager.resources import RESMGR_KEY_NAMESPACE, ContainerInfo
+from resmgr.model.resources import RESMGR_KEY_NAMESPACE, ContainerInfo
 
 log = logging.getLogger("resmgr.policy.affinity")
 

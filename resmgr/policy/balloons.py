@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from resmgr.config import ConfigError
-from resmgr.manager.resources import ContainerInfo, preference_annotation
+from resmgr.model.resources import ContainerInfo, preference_annotation
 from resmgr.policy.base import (
     Grant,
     Placement,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from resmgr.config import ConfigError, parse_cpu_constraint
-from resmgr.manager.resources import KUBE_SYSTEM, ContainerInfo
+from resmgr.model.resources import KUBE_SYSTEM, ContainerInfo
 from resmgr.policy.cpu_allocator import take_cpus
 from resmgr.topology.cgroup_cpuset import CgroupCpusetError, read_cgroup_cpuset
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset

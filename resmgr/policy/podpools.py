@@ -25,7 +25,7 @@ from typing import Any
 
 from resmgr.config import ConfigError
 from resmgr.config.pool_sizes import parse_instances, parse_pool_cpus
-from resmgr.manager.resources import KUBE_SYSTEM, ContainerInfo
+from resmgr.model.resources import KUBE_SYSTEM, ContainerInfo
 from resmgr.policy.base import (
     Grant,
     Placement,

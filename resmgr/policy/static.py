@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from resmgr.manager.resources import QOS_GUARANTEED, ContainerInfo
+from resmgr.model.resources import QOS_GUARANTEED, ContainerInfo
 from resmgr.policy.base import Grant, Placement, Policy, RestoreError, log, resolve_cpu_resources
 from resmgr.policy.cpu_allocator import AllocationError, Prefer, take_cpus
 from resmgr.topology.cpuset import format_cpuset

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from resmgr.config import ConfigError, parse_cpu_constraint
-from resmgr.manager.resources import ContainerInfo, preference_flag
+from resmgr.model.resources import ContainerInfo, preference_flag
 from resmgr.policy.base import Grant, Placement, RestoreError, is_reserved_namespace, log, resolve_cpu_resources
 from resmgr.policy.cpu_allocator import AllocationError, Prefer, take_cpus
 from resmgr.policy.static import SHARED, StaticPolicy

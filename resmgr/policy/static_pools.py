@@ -32,7 +32,7 @@ from typing import Any
 
 from resmgr.config import MAX_CONFIG_BYTES, ConfigError, _load_yaml  # the configs' strict, bounded YAML loader
 from resmgr.config.schema import STATIC_POOLS
-from resmgr.manager.resources import ContainerInfo
+from resmgr.model.resources import ContainerInfo
 from resmgr.policy.base import ContainerEdits, Grant, Placement, Policy, RestoreError, log
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
 

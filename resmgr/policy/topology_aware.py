@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from resmgr.manager.resources import (
+from resmgr.model.resources import (
     QOS_BESTEFFORT,
     QOS_GUARANTEED,
     ContainerInfo,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from resmgr.manager.resources import ContainerInfo, annotated_bool
+from resmgr.model.resources import ContainerInfo, annotated_bool
 from resmgr.topology.cpuset import CpusetError, parse_cpuset
 from resmgr.topology.model import Topology
 

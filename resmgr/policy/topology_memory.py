@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from resmgr.manager.resources import QOS_BESTEFFORT, QOS_GUARANTEED, ContainerInfo
+from resmgr.model.resources import QOS_BESTEFFORT, QOS_GUARANTEED, ContainerInfo
 from resmgr.policy.memory_tiers import MemoryType
 from resmgr.topology.model import Topology
 

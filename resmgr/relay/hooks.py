@@ -11,7 +11,7 @@ decisions, and no lock is held while the runtime works on a call.
 3. ``after(method, request, response[, call])`` runs after the runtime answered with
    success: it confirms what ``before`` reserved (ids assigned by the runtime,
    released resources) and may ask for more updates to other containers.
-   If the runtime failed the call instead, ``failed(method, request[, call])`` (optional)
+   If the runtime failed the call instead, ``failed(method, request[, call])``
    gives back what ``before`` reserved. ``call`` is passed only when ``before`` returned one.
 
 Requested ``ContainerUpdate``s are sent to the runtime with
@@ -23,8 +23,9 @@ the original bytes.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from google.protobuf.message import Message
 
@@ -69,32 +70,94 @@ class HookResult:
     placed: ContainerUpdate | None = None
 
 
+@runtime_checkable
 class ResourceManagerHook(Protocol):
-    """Implemented by the resource manager; called by the relay concurrently (the hook locks its own state).
+    """Everything a front end (the CRI relay, later NRI) may call on the resource manager; nothing else.
 
-    Entry points that are optional, called when the hook has them (the updates they return are sent):
-    ``failed(method, request[, call])`` when the runtime failed a call, ``sync_with_runtime(pods,
-    containers)`` at startup with the runtime's listing, ``reconfigure(config)`` with a re-read
-    forced config, and ``containers_exited(ids)`` with the containers a ListContainers answer to
-    kubelet listed as exited (resmgr.relay.exits; the same ids come again at every relist, so it
-    must be cheap for ids it already released). A hook without ``containers_exited`` costs the
-    relay nothing per ListContainers.
+    Called concurrently: the hook locks its own state. Every method returns the updates for other
+    containers that the front end then sends. A hook without some ability implements it as a no-op
+    (``NoopHook``), so a front end calls each method directly, never probing for it.
     """
 
     def before(self, method: str, request: Message) -> HookResult:
-        """Before forwarding: maybe a replacement request, and updates for other containers."""
+        """Before forwarding: maybe a replacement request, updates for other containers, a reservation."""
         ...
 
-    def after(self, method: str, request: Message, response: Message) -> list[ContainerUpdate]:
-        """After the runtime answered with success: record the outcome; updates for other containers."""
+    def after(self, method: str, request: Message, response: Message, call: object = None) -> list[ContainerUpdate]:
+        """The runtime succeeded: confirm ``before``'s reservation ``call`` (passed only when there is one)."""
+        ...
+
+    def failed(self, method: str, request: Message, call: object = None) -> list[ContainerUpdate]:
+        """The runtime failed the call, or its answer is unreadable: give back what ``before`` reserved."""
+        ...
+
+    def sync_with_runtime(self, pods: list[Any], containers: list[Any], resources: dict[str, Any] | None = None,
+                          since: tuple[frozenset[str], frozenset[str]] | None = None) -> list[ContainerUpdate]:
+        """Reconcile with the runtime's listing (at startup; in a resync ``since`` is ``begin_resync``'s)."""
+        ...
+
+    def reconfigure(self, config: dict[str, Any]) -> list[ContainerUpdate]:
+        """Apply a re-read forced config (SIGHUP)."""
+        ...
+
+    def keeps_containers(self) -> bool:
+        """Whether the hook tracks containers: only then does the front end report exits and drift (costs a read)."""
+        ...
+
+    def containers_exited(self, container_ids: Collection[str]) -> list[ContainerUpdate]:
+        """The runtime listed these as exited (again at every relist): release what they still hold, cheaply."""
+        ...
+
+    def runtime_drift(self, containers: list[Any]) -> frozenset[str]:
+        """Ids where the runtime's container list and the hook's knowledge disagree now."""
+        ...
+
+    def request_resync(self, reason: str) -> None:
+        """Ask for a resync with the runtime at the next chance."""
+        ...
+
+    def resync_wanted(self) -> bool:
+        """Whether a resync was asked for (by ``request_resync`` or by a call about an unknown container)."""
+        ...
+
+    def begin_resync(self) -> tuple[frozenset[str], frozenset[str]]:
+        """Before listing the runtime for a resync: the pod and container ids known now; clears the request."""
         ...
 
 
 class NoopHook:
-    """The 'none' policy: changes nothing and asks for nothing."""
+    """The 'none' policy and relay-only mode: changes nothing, tracks nothing, asks for nothing."""
 
     def before(self, method: str, request: Message) -> HookResult:
         return HookResult()
 
-    def after(self, method: str, request: Message, response: Message) -> list[ContainerUpdate]:
+    def after(self, method: str, request: Message, response: Message, call: object = None) -> list[ContainerUpdate]:
         return []
+
+    def failed(self, method: str, request: Message, call: object = None) -> list[ContainerUpdate]:
+        return []
+
+    def sync_with_runtime(self, pods: list[Any], containers: list[Any], resources: dict[str, Any] | None = None,
+                          since: tuple[frozenset[str], frozenset[str]] | None = None) -> list[ContainerUpdate]:
+        return []
+
+    def reconfigure(self, config: dict[str, Any]) -> list[ContainerUpdate]:
+        return []
+
+    def keeps_containers(self) -> bool:
+        return False
+
+    def containers_exited(self, container_ids: Collection[str]) -> list[ContainerUpdate]:
+        return []
+
+    def runtime_drift(self, containers: list[Any]) -> frozenset[str]:
+        return frozenset()
+
+    def request_resync(self, reason: str) -> None:
+        pass
+
+    def resync_wanted(self) -> bool:
+        return False
+
+    def begin_resync(self) -> tuple[frozenset[str], frozenset[str]]:
+        return frozenset(), frozenset()

@@ -117,26 +117,24 @@ class Interceptor:
         without a single call about an unknown container coming through afterwards (say, only removals).
         A create or remove in flight disagrees for one look at most, so only a lasting difference counts.
         """
-        drift_of = getattr(self.hook, "runtime_drift", None)
-        if self.list_runtime is None or not callable(drift_of):
+        if self.list_runtime is None or not self.hook.keeps_containers():
             return
         _, containers = self.list_runtime()
-        drift = drift_of(containers)
+        drift = self.hook.runtime_drift(containers)
         lasting, self._last_drift = drift & self._last_drift, drift
         if lasting:
-            self.hook.request_resync(  # type: ignore[attr-defined]
+            self.hook.request_resync(
                 f"{len(lasting)} container(s) differ from the runtime's list, e.g. {sorted(lasting)[0][:13]}")
             self._resync_if_wanted()
 
     def _resync_if_wanted(self) -> None:
         """The hook saw calls about things it never knew (kubelet bypassed the relay): sync with the runtime."""
-        wanted = getattr(self.hook, "resync_wanted", None)
-        if self.list_runtime is None or not callable(wanted) or not wanted():
+        if self.list_runtime is None or not self.hook.resync_wanted():
             return
         if not self._resyncing.acquire(blocking=False):
             return  # one resync at a time; the one running covers this call
         try:
-            since = self.hook.begin_resync()  # type: ignore[attr-defined]
+            since = self.hook.begin_resync()
             pods, containers = self.list_runtime()
             # A container made without the relay and not started yet is left for a later look: containerd
             # keeps an update sent before the start in its spec only, never in the cgroup (seen in tests).
@@ -144,8 +142,7 @@ class Interceptor:
             # What kubelet asked for the containers made without the relay: a Guaranteed one gets its CPUs.
             new_ids = [c.id for c in containers if c.state != api_pb2.CONTAINER_EXITED and c.id not in since[1]]
             resources = self.container_resources(new_ids) if self.container_resources and new_ids else None
-            updates = self.hook.sync_with_runtime(pods, containers, resources,  # type: ignore[attr-defined]
-                                                  since=since)
+            updates = self.hook.sync_with_runtime(pods, containers, resources, since=since)
             self.apply_updates(updates, "resync")
         except Exception:
             log.exception("resync with the runtime failed; the next unknown container tries again")
@@ -154,11 +151,8 @@ class Interceptor:
             self._resyncing.release()
 
     def _failed(self, name: str, request: object, call: object) -> None:
-        failed = getattr(self.hook, "failed", None)
-        if not callable(failed):
-            return
         extra = () if call is None else (call,)
-        updates = self._call_hook(name, "failed", failed, name, request, *extra)
+        updates = self._call_hook(name, "failed", self.hook.failed, name, request, *extra)
         if updates:
             self.apply_updates(updates, name)
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from resmgr.options import TRANSPORTS
 from resmgr.relay.dump import Dumper
 from resmgr.relay.exits import LISTING_METHOD, ExitWatcher
-from resmgr.relay.hooks import INTERCEPTED_METHODS, NoopHook, ResourceManagerHook
+from resmgr.relay.hooks import INTERCEPTED_METHODS, ContainerUpdate, NoopHook, ResourceManagerHook
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.methods import RUNTIME_SERVICE
 from resmgr.relay.metrics import RelayMetrics
@@ -76,10 +77,9 @@ class Relay:
         self.image = self.runtime if self.image_socket == runtime_socket else UnaryClient(
             endpoint_path(self.image_socket))
         # Exits come to light only in the runtime's ListContainers answers (resmgr.relay.exits); a hook that
-        # releases nothing on exits (the none policy's NoopHook) has them passed through unread.
-        containers_exited = getattr(self.hook, "containers_exited", None)
-        self.exits = ExitWatcher(containers_exited, lambda updates, method: self.interceptor.apply_updates(
-            updates, method), self.metrics) if callable(containers_exited) else None
+        # tracks no containers (the none policy's NoopHook) has them passed through unread.
+        self.exits = ExitWatcher(self.hook.containers_exited, lambda updates, method: self.interceptor.apply_updates(
+            updates, method), self.metrics) if self.hook.keeps_containers() else None
         self.interceptor = Interceptor(self.hook, self.metrics, self._send_update, list_runtime=self._list_runtime,
                                        container_resources=lambda ids: container_resources(self.runtime, ids),
                                        settle_exits=self.exits.settle if self.exits else None)
@@ -97,7 +97,8 @@ class Relay:
         if self.image is not self.runtime:
             wait_for_runtime(self.image, self.image_socket, stop=self.stopping, timeout=self.runtime_wait_timeout)
         self.snapshot = sync_from_runtime(self.runtime)
-        self._call_hook_entry("sync_with_runtime", self.snapshot.pods, self.snapshot.containers)
+        self._call_hook_entry("sync_with_runtime", self.hook.sync_with_runtime, self.snapshot.pods,
+                              self.snapshot.containers)
         os.makedirs(os.path.dirname(self.relay_socket) or ".", exist_ok=True)
         remove_stale_socket(self.relay_socket)
         transport: SpliceServer | GrpcTransport
@@ -150,18 +151,15 @@ class Relay:
         log.info("relay stopped")
 
     def reconfigure_hook(self, config: dict) -> None:
-        """Hand a re-read config to the resource manager (if it takes one) and apply its updates."""
-        self._call_hook_entry("reconfigure", config)
+        """Hand a re-read config to the resource manager and apply its updates."""
+        self._call_hook_entry("reconfigure", self.hook.reconfigure, config)
 
-    def _call_hook_entry(self, entry: str, *args: object) -> None:
-        """Call an optional resource-manager entry point (``sync_with_runtime``, ``reconfigure``) under the hook lock.
+    def _call_hook_entry(self, entry: str, function: Callable[..., list[ContainerUpdate]], *args: object) -> None:
+        """Call a resource-manager entry point (``sync_with_runtime``, ``reconfigure``) under the hook lock.
 
         Like the hook calls, a failure is logged and counted and never stops the relay; any
         container updates it returns are sent to the runtime right away.
         """
-        function = getattr(self.hook, entry, None)
-        if not callable(function):
-            return
         with self.interceptor.lock:
             try:
                 updates = function(*args)

@@ -4,7 +4,7 @@ Kubelet passes only cgroup parameters to the runtime, so cri-resmgr cannot see m
 or extended resources. Like upstream's cri-resmgr-webhook, each pod gets the annotation
 ``intel.com/resources`` holding its containers' ``resources`` as JSON
 (``{"initContainers": {name: {...}}, "containers": {name: {...}}}``), which
-``resmgr.manager.resources.annotated_requirements`` reads back.
+``resmgr.model.resources.annotated_requirements`` reads back.
 
 The webhook never blocks a pod: anything it cannot annotate is allowed unchanged (and logged).
 """
@@ -16,7 +16,7 @@ import json
 import logging
 from typing import Any
 
-from resmgr.manager.annotation_budget import RESOURCES_ANNOTATION
+from resmgr.model.annotation_budget import RESOURCES_ANNOTATION
 
 log = logging.getLogger("resmgr.webhook")
 

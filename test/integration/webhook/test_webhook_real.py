@@ -19,8 +19,8 @@ from kubernetes.client.exceptions import ApiException
 from unit.resmgr.cri_requests import create_request, pod_config
 
 from extension.webhook_certs import ensure_certs
-from resmgr.manager.annotation_budget import RESOURCES_ANNOTATION
-from resmgr.manager.resources import container_from_create_request
+from resmgr.model.annotation_budget import RESOURCES_ANNOTATION
+from resmgr.model.resources import container_from_create_request
 
 pytestmark = pytest.mark.integration
 

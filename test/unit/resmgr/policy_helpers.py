@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from resmgr.config import validate_config_text
-from resmgr.manager.resources import QOS_BESTEFFORT, QOS_BURSTABLE, QOS_GUARANTEED, ContainerInfo
+from resmgr.model.resources import QOS_BESTEFFORT, QOS_BURSTABLE, QOS_GUARANTEED, ContainerInfo
 from resmgr.policy.base import Policy
 from resmgr.policy.registry import create_policy
 from resmgr.topology import Topology

@@ -23,7 +23,7 @@ from unit.resmgr.rm_driver import Driver
 
 from resmgr.config import ConfigError, validate_config_text
 from resmgr.control.controllers import Controllers, container_classes, controller_modes
-from resmgr.manager.resources import ContainerInfo
+from resmgr.model.resources import ContainerInfo
 from resmgr.relay.metrics import RelayMetrics
 from resmgr.topology import discover_topology
 

@@ -13,7 +13,7 @@ from resmgr.configplane.adjustments import ContainerOverride
 from resmgr.configplane.rm_applier import class_overrides
 from resmgr.control import toptier
 from resmgr.control.controllers import Controllers
-from resmgr.manager.resources import PodInfo
+from resmgr.model.resources import PodInfo
 from resmgr.topology import discover_topology
 
 PARENT = "/kubepods/burstable/pod1234"

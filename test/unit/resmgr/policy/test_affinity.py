@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
 
-from resmgr.manager.expressions import Expression, container_view
+from resmgr.model.expressions import Expression, container_view
 from resmgr.policy.affinity import (
     AFFINITY_KEY,
     ANTI_AFFINITY_KEY,

@@ -13,6 +13,7 @@ from fixtures.waiting import eventually
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
 from unit.resmgr.rm_driver import Driver
 
+from resmgr.durations import parse_go_duration
 from resmgr.policy.memory_tiers import (
     ALL,
     MemoryType,
@@ -20,7 +21,6 @@ from resmgr.policy.memory_tiers import (
     cold_start_preference,
     format_memory_type,
     memory_type_preference,
-    parse_go_duration,
     parse_memory_type,
 )
 from resmgr.relay.hooks import ContainerUpdate

@@ -12,7 +12,7 @@ from cri_api.v1 import api_pb2
 from unit.resmgr.policy_helpers import ctr, policy_from_yaml
 
 from resmgr.config import ConfigError
-from resmgr.manager.resources import ContainerInfo, policy_command, policy_env
+from resmgr.model.resources import ContainerInfo, policy_command, policy_env
 from resmgr.policy.base import ContainerEdits, RestoreError
 from resmgr.policy.static_pools import cmk_args_from_command, read_conf_dir, read_conf_file
 from resmgr.topology import Topology

@@ -52,7 +52,7 @@ def counter(metrics: RelayMetrics, name: str, labels: dict[str, str]) -> float:
     return metrics.registry.get_sample_value(name, labels) or 0.0
 
 
-class PinningHook:
+class PinningHook(NoopHook):
     """Pins new containers to CPU 3 and shrinks container 'other' when one is created."""
 
     def __init__(self) -> None:
@@ -91,7 +91,7 @@ def test_undecodable_request_passes_through_unchanged_and_is_counted():
                    {"method": "CreateContainer", "kind": "undecodable_request"}) == 1
 
 
-class FailingHook:
+class FailingHook(NoopHook):
     def __init__(self, phase: str) -> None:
         self.phase = phase
 

@@ -9,8 +9,8 @@ import jsonpatch  # RFC 6902 as the API server applies it (a kopf dependency)
 import pytest
 from unit.resmgr.cri_requests import create_request, pod_config
 
-from resmgr.manager.annotation_budget import RESOURCES_ANNOTATION
-from resmgr.manager.resources import QOS_BURSTABLE, annotated_requirements, container_from_create_request
+from resmgr.model.annotation_budget import RESOURCES_ANNOTATION
+from resmgr.model.resources import QOS_BURSTABLE, annotated_requirements, container_from_create_request
 from resmgr.webhook.mutate import BadReview, admission_response, parse_review, pod_patch, resource_annotation
 
 POD = {

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from extension.webhook_certs import ensure_certs
-from resmgr.manager.annotation_budget import RESOURCES_ANNOTATION
+from resmgr.model.annotation_budget import RESOURCES_ANNOTATION
 from resmgr.webhook.server import ServerSettings, WebhookServer, tls_context
 
 from .test_mutate import POD, patched, review

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from resmgr.manager.resources import POD_UID_LABEL
+from resmgr.model.resources import POD_UID_LABEL
 
 OPERATORS = ("Equals", "NotEqual", "In", "NotIn", "Exists", "NotExist", "AlwaysTrue",
              "Matches", "MatchesNot", "MatchesAny", "MatchesNone")

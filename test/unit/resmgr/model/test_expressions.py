@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from resmgr.manager.expressions import (
+from resmgr.model.expressions import (
     ContainerView,
     Expression,
     ExpressionError,
@@ -14,7 +14,7 @@ from resmgr.manager.expressions import (
     parse_expression,
     split_keys,
 )
-from resmgr.manager.resources import POD_UID_LABEL, ContainerInfo
+from resmgr.model.resources import POD_UID_LABEL, ContainerInfo
 
 C = ContainerView(id="cid", name="web", namespace="prod", pod_name="web-0", pod_uid="u-1", pod_id="sb-1",
                   qos_class="Burstable",

@@ -8,8 +8,8 @@ from pathlib import Path
 from unit.resmgr.rm_driver import Driver
 
 from resmgr.configplane.adjustments import Expression, container_view
-from resmgr.manager.annotation_budget import MAX_KEYS, TOTAL_BYTES, TRUNCATED, VALUE_BYTES, within_budget
 from resmgr.manager.cache import CACHE_FILE
+from resmgr.model.annotation_budget import MAX_KEYS, TOTAL_BYTES, TRUNCATED, VALUE_BYTES, within_budget
 from resmgr.topology import Topology
 
 BALLOON = "balloon.balloons.cri-resource-manager.intel.com/container.c"

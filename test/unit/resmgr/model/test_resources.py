@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from unit.resmgr.cri_requests import create_request, pod_config
 
-from resmgr.manager.resources import (
+from resmgr.model.resources import (
     QOS_BESTEFFORT,
     QOS_BURSTABLE,
     QOS_GUARANTEED,

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from resmgr.config.constraints import parse_cpu_quantity, parse_memory_quantity
-from resmgr.manager.annotation_budget import RESOURCES_ANNOTATION, within_budget
+from resmgr.model.annotation_budget import RESOURCES_ANNOTATION, within_budget
 
 log = logging.getLogger("resmgr.resources")
 

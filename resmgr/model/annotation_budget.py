@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-# cri-resource-manager's webhook puts the pod's real resource requirements here (see resmgr.manager.resources).
+# cri-resource-manager's webhook puts the pod's real resource requirements here (see resmgr.model.resources).
 RESOURCES_ANNOTATION = "intel.com/resources"
 MAX_KEYS = 256
 VALUE_BYTES = 1024

@@ -1,0 +1,144 @@
+"""resmgr's packages form layers: every import points down the declared order, so no two packages loop.
+
+The imports are read with ``ast`` from the source, function-level and ``TYPE_CHECKING`` imports included:
+a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Lowest first. A unit is a subpackage of resmgr or one of its top-level modules ("resmgr" is the package's
+# own __init__). A unit may import only units on a strictly lower layer: units on one layer stay independent.
+LAYERS: list[set[str]] = [
+    {"resmgr", "durations"},
+    {"options"},
+    {"logsetup", "topology", "proto", "rpc"},
+    {"config"},
+    {"model"},  # pods, containers, expressions, the annotation budget
+    {"policy", "control", "relay"},  # relay/hooks.py is the contract the manager implements
+    {"manager"},
+    {"configplane", "webhook"},
+    {"agent"},
+    {"cli"},
+    {"launch"},
+]
+LEVEL = {unit: level for level, units in enumerate(LAYERS) for unit in units}
+
+
+def _units(root: Path) -> set[str]:
+    pkg = root / "resmgr"
+    return ({p.name for p in pkg.iterdir() if (p / "__init__.py").is_file()}
+            | {p.stem for p in pkg.glob("*.py") if p.stem != "__init__"} | {"resmgr"})
+
+
+def _unit_of(module: str, units: set[str]) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "resmgr":
+        return None
+    if len(parts) == 1 or parts[1] not in units:  # `from resmgr import __version__`
+        return "resmgr"
+    return parts[1]
+
+
+def imports(root: Path) -> Iterator[tuple[str, str, str]]:
+    """(importing unit, imported unit, file) for every import between two different units of resmgr."""
+    units = _units(root)
+    for path in sorted((root / "resmgr").rglob("*.py")):
+        rel = path.relative_to(root)
+        module = ".".join(rel.with_suffix("").parts)
+        package = module.removesuffix(".__init__") if path.name == "__init__.py" else module.rpartition(".")[0]
+        source = _unit_of(module.removesuffix(".__init__"), units)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                # `from resmgr import policy` imports the subpackage, `from resmgr import x` an attribute
+                targets = [f"{base}.{alias.name}" for alias in node.names] if base == "resmgr" else [base]
+            for target in targets:
+                unit = _unit_of(target, units)
+                if unit is not None and unit != source:
+                    yield source or "resmgr", unit, str(rel)
+
+
+def cycles(edges: set[tuple[str, str]]) -> list[list[str]]:
+    """Each strongly connected set of more than one unit (Tarjan), sorted."""
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def violations(root: Path) -> list[str]:
+    """Everything wrong with the layering of the tree at ``root``: unplaced units, loops, upward imports."""
+    problems = [f"resmgr unit {u!r} has no layer in LAYERS" for u in sorted(_units(root) - LEVEL.keys())]
+    found = list(imports(root))
+    problems += [f"package loop: {' <-> '.join(c)}" for c in cycles({(a, b) for a, b, _ in found})]
+    problems += [f"{where}: {a} (layer {LEVEL[a]}) imports {b} (layer {LEVEL[b]})"
+                 for a, b, where in found if a in LEVEL and b in LEVEL and LEVEL[b] >= LEVEL[a]]
+    return sorted(set(problems))
+
+
+def test_resmgr_imports_point_down_the_layers() -> None:
+    assert violations(REPO) == []
+
+
+def test_the_check_sees_a_loop_and_an_upward_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "resmgr"
+    for name in ("model", "policy"):
+        (pkg / name).mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "model" / "__init__.py").write_text("")
+    (pkg / "policy" / "__init__.py").write_text("from ..model import x\n")
+    # a function-level import counts as much as one at the top
+    (pkg / "model" / "m.py").write_text("def f():\n    from resmgr.policy import y\n")
+    (pkg / "options.py").write_text("import resmgr.policy.base\n")
+    assert violations(tmp_path) == [
+        "package loop: model <-> policy",
+        "resmgr/model/m.py: model (layer 4) imports policy (layer 5)",
+        "resmgr/options.py: options (layer 1) imports policy (layer 5)",
+    ]
+
+
+if __name__ == "__main__":  # python test/unit/test_layering.py [ROOT]: the check on another tree
+    problems = violations(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO)
+    print("\n".join(problems) or "layering ok")
+    sys.exit(1 if problems else 0)
