@@ -133,3 +133,24 @@ def test_the_checks_see_references() -> None:
 
 def test_readme_is_at_most_10_kb() -> None:
     assert (ROOT / "README.md").stat().st_size <= 10 * 1024
+
+
+def _layout_section() -> str:
+    text = (ROOT / "docs" / "design.md").read_text()
+    start = text.index("## Layout")
+    return text[start:text.index("\n## ", start + 3)]
+
+
+def test_design_layout_names_every_package_and_module() -> None:
+    layout = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", _layout_section()))
+    missing = []
+    for top in ("extension", "installer", "resmgr"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if "__pycache__" in path.parts or path.name == "__init__.py":
+                continue
+            if path.parent.name == "proto":  # generated stubs; the layout names proto/ and its .proto files
+                continue
+            name = path.stem if path.suffix == ".py" else path.name if path.is_dir() else None
+            if name is not None and name not in layout:
+                missing.append(str(path.relative_to(ROOT)))
+    assert not missing, f"docs/design.md's Layout does not name: {missing}"
