@@ -154,3 +154,19 @@ def test_design_layout_names_every_package_and_module() -> None:
             if name is not None and name not in layout:
                 missing.append(str(path.relative_to(ROOT)))
     assert not missing, f"docs/design.md's Layout does not name: {missing}"
+
+
+def policy_table() -> str:
+    """docs/usage/policies.md's table: the registry's names and descriptions, then the aliases."""
+    rows = [f"| `{name}` | {description} |" for name, description in available_policies().items()]
+    rows += [f"| `{alias}` | upstream's alias of `{target}`, with its options under `policy.{alias}` |"
+             for alias, target in ALIAS_POLICIES.items()]
+    return "\n".join(["| `policy.Active` | what it does |", "|---|---|", *rows]) + "\n"
+
+
+def test_policy_table_is_the_registry() -> None:
+    text = (ROOT / "docs" / "usage" / "policies.md").read_text()
+    start = text.index("<!-- policy table: from resmgr/policy/registry.py -->\n")
+    start = text.index("\n", start) + 1
+    found = text[start:text.index("<!-- end policy table -->", start)]
+    assert found == policy_table(), f"replace the table in docs/usage/policies.md with:\n{policy_table()}"
