@@ -132,6 +132,8 @@ def tables(text: str) -> list[str]:
 
 
 README_SECTION = "## Compatibility with cri-resource-manager"
+# The short tables live in this file, under README_SECTION (they left the README, which only links here).
+COMPAT_DOC = "docs/operations/compatibility.md"
 
 
 def replace_tables(text: str, new_tables: list[str], start: int = 0, end: int | None = None) -> str:
@@ -157,10 +159,10 @@ def replace_tables(text: str, new_tables: list[str], start: int = 0, end: int | 
 
 
 def write_docs(root: Path) -> None:
-    """Rewrite the tables in docs/upstream-compat.md and the README's compatibility section."""
+    """Rewrite the tables in docs/upstream-compat.md and docs/operations/compatibility.md."""
     docs = root / "docs" / "upstream-compat.md"
     docs.write_text(replace_tables(docs.read_text(), [markdown(field_rows(), "field"), markdown(flag_rows(), "flag")]))
-    readme = root / "README.md"
+    readme = root / COMPAT_DOC
     text = readme.read_text()
     start = text.index(README_SECTION)
     end = text.find("\n## ", start + 3)
@@ -173,12 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--write"]:
         root = Path(args[1]) if len(args) > 1 else Path.cwd()
         write_docs(root)
-        sys.stdout.write(f"rewrote the tables in {root / 'docs/upstream-compat.md'} and {root / 'README.md'}\n")
+        sys.stdout.write(f"rewrote the tables in {root / 'docs/upstream-compat.md'} and {root / COMPAT_DOC}\n")
         return 0
     if args:
         sys.stderr.write("usage: python -m resmgr.config.compat [--write [REPO_ROOT]]\n"
                          "  prints the compatibility tables; --write replaces them in docs/upstream-compat.md and\n"
-                         "  the README's compatibility section (REPO_ROOT defaults to the current directory)\n")
+                         "  docs/operations/compatibility.md (REPO_ROOT defaults to the current directory)\n")
         return 2
     sys.stdout.write("## Config fields\n\n" + markdown(field_rows(), "field") + "\n\n## Flags\n\n"
                      + markdown(flag_rows(), "flag") + "\n\n## README: sections\n\n"

@@ -24,7 +24,7 @@ from integration.relay.relay_process import running_relay
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+README = Path(__file__).resolve().parents[3] / "docs" / "usage" / "metrics-and-logs.md"
 BIN = Path(sys.executable).parent
 LEVELS = {"debug", "info", "warning", "error", "critical"}
 # Which program a query's stream selector means.
@@ -35,10 +35,11 @@ _FORMAT_KEY = re.compile(r"\{\{\s*\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
 def readme_queries() -> dict[str, list[str]]:
-    """The logql lines of the README section, by component."""
+    """The logql lines of the docs' Loki/Vali section (docs/usage/metrics-and-logs.md), by component."""
     text = README.read_text()
     section = text[text.index("## Logs in Grafana (Loki/Vali)"):]
-    section = section[:section.index("\n## ", 1)]
+    end = section.find("\n## ", 1)  # the section may be the file's last
+    section = section[:end if end != -1 else len(section)]
     block = section[section.index("```logql") + len("```logql"):]
     block = block[:block.index("```")]
     queries: dict[str, list[str]] = {}

@@ -27,7 +27,7 @@ REGENERATE = "regenerate them with `python -m resmgr.config.compat --write`"
 
 
 def readme_section() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "operations" / "compatibility.md").read_text()
     start = text.index("## Compatibility with cri-resource-manager")
     end = text.find("\n## ", start + 3)
     return text[start:end if end != -1 else len(text)]
