@@ -45,8 +45,14 @@ def _code(text: str) -> list[str]:
     return blocks + [m.group(1) for m in _SPAN.finditer(rest)]
 
 
+# Build outputs (.gitignore): they exist only after a build, in some checkouts and not others, and the docs
+# name what a build writes there; a path under them is not checked.
+BUILD_OUTPUTS = {"_out", "build", "dist", "__pycache__"}
+
+
 def _top_level() -> set[str]:
-    return {p.name for p in ROOT.iterdir() if not p.name.startswith(".") or p.name == ".ci"} - {"__pycache__"}
+    return {p.name for p in ROOT.iterdir() if (not p.name.startswith(".") or p.name == ".ci")
+            and p.name not in BUILD_OUTPUTS and not p.name.endswith(".egg-info")}
 
 
 def repo_paths(text: str) -> set[str]:
