@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from installer import failpoints
 from installer.host import Host, fsync_dir, sha256_file
 
 RELEASES_DIR = "/opt/cri-resmgr/releases"
@@ -112,6 +113,7 @@ def install(host: Host, source: Path, manifest: Manifest) -> str:
         got = manifest_of(tmp).digest
         if got != digest:
             raise OSError(f"release copied to the node does not match its manifest: expected {digest}, got {got}")
+        failpoints.hit("release-verified")
         final = parent / digest
         if final.exists() or final.is_symlink():
             shutil.rmtree(final)  # damaged (is_installed said so): replace it
