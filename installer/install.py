@@ -419,8 +419,8 @@ class NodeInstaller:
         for path in journal.paths(RESMGR):
             if journal.restore_file(path):
                 changed.append(path)
-        if release.current(self.host, node_files.BINARY) is not None:
-            self.host.remove(node_files.BINARY)
+        if release.unpoint(self.host, node_files.BINARY):
+            log.info("removed %s", node_files.BINARY, extra={"path": node_files.BINARY, "change": "remove"})
             changed.append(node_files.BINARY)
         changed += [f"{release.RELEASES_DIR}/{name}" for name in release.prune(self.host, set())]
         systemd.daemon_reload(self.host)

@@ -159,6 +159,15 @@ def point(host: Host, link: str, digest: str) -> bool:
     return True
 
 
+def unpoint(host: Host, link: str) -> bool:
+    """Remove the stable path if it is a symlink to a release (the link itself, never its target)."""
+    if current(host, link) is None:
+        return False
+    os.unlink(host.path(os.path.dirname(link)) / os.path.basename(link))
+    fsync_dir(host.path(os.path.dirname(link)))
+    return True
+
+
 def prune(host: Host, keep: set[str]) -> list[str]:
     """Remove every release but ``keep``, and interrupted copies; returns the names removed."""
     parent = host.path(RELEASES_DIR)

@@ -97,3 +97,4 @@ def _clean_trial(host: Host) -> None:
     for d in (TRIAL_STATE_DIR, TRIAL_TMP_DIR, TRIAL_RUN_DIR):
         host.remove_tree(d)
     host.remove(TRIAL_CONFIG)
+    host.rmdir_if_empty(UPGRADE_DIR)  # holds only the trial's files now (releases keep the executables)

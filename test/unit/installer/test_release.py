@@ -110,6 +110,10 @@ def test_switch_is_a_symlink_replaced_in_one_rename(tmp_path: Path, host: Host) 
     assert release.current(host, link) == two.digest
     assert host.read_text(link).endswith("echo v2\n")
     assert sorted(p.name for p in host.path("/opt/cri-resmgr/bin").iterdir()) == ["cri-resmgr"]  # no temp link
+    assert release.unpoint(host, link)  # removes the link, not the release's executable it points at
+    assert list(host.path("/opt/cri-resmgr/bin").iterdir()) == []
+    assert release.is_installed(host, two.digest)
+    assert not release.unpoint(host, link)
 
 
 def test_a_regular_file_at_the_stable_path_is_replaced_by_the_link(tmp_path: Path, host: Host) -> None:
