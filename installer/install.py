@@ -167,7 +167,11 @@ class NodeInstaller:
             journal.set(PENDING_RESMGR_RESTART, True)
         journal.ensure_dir(release.RELEASES_DIR)
         journal.ensure_dir(os.path.dirname(node_files.BINARY))
-        release.install(self.host, self.settings.binary, manifest)
+        if not release.is_installed(self.host, sha):
+            # New, or the live one damaged on the node: the relay must (re)start on the fresh copy.
+            journal.set(PENDING_RESMGR_RESTART, True)
+            release.install(self.host, self.settings.binary, manifest)
+            changed.append(release.release_dir(sha))
         failpoints.hit("release-copied")
         if release.point(self.host, node_files.BINARY, sha):
             changed.append(node_files.BINARY)
