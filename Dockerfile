@@ -59,11 +59,10 @@ ENV PATH=/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin 
 USER 65532:65532
 ENTRYPOINT ["gardener-extension-cri-resmgr"]
 
-# ---- installation-and-agent image. Containers run the unpacked build (no writable /tmp needed, fast probes);
-# the one-file executable is what the installer copies to nodes.
+# ---- installation-and-agent image. Containers run the unpacked build (no writable /tmp needed, fast probes),
+# and the installer copies the same directory to nodes (its --binary default).
 FROM ${BASE_IMAGE} AS installation
 COPY --from=executable /out/cri-resmgr.dir /opt/cri-resmgr/lib
-COPY --from=executable /out/cri-resmgr /opt/cri-resmgr/bin/cri-resmgr
 RUN for c in cri-resmgr cri-resmgr-agent cri-resmgr-agent-probe cri-resmgr-installer cri-resmgr-webhook; do \
         ln -s /opt/cri-resmgr/lib/cri-resmgr /usr/local/bin/$c; done \
     && command -v nsenter

@@ -89,9 +89,10 @@ lint: venv
 
 # Static pattern rule: make never applies implicit (%) rules to .PHONY targets. A benchmark runs longer
 # than a test (bench-policy: 9 policies x 2000 decisions); its bound is an hour, not pytest's 600 s.
-# bench-relay measures what a node runs: the one-file build (_out/bin/cri-resmgr, which the bench brings up to
-# date itself with hacks/build-executable.sh, as build-exe does; its bootloader counts in every RSS figure) on
-# containerd 2 (setup step containerd2). RELAY_BENCH_EXE=venv measures the venv's cri-resmgr instead,
+# bench-relay measures what a node runs: the unpacked build (_out/bin/cri-resmgr.dir/, which the bench brings up
+# to date itself with hacks/build-executable.sh, as build-exe does) on containerd 2 (setup step containerd2).
+# RELAY_BENCH_EXE=onefile measures the one-file build (its bootloader counts in every RSS figure),
+# RELAY_BENCH_EXE=venv the venv's cri-resmgr instead,
 # CRI_RESMGR_TEST_CONTAINERD=debian Debian's containerd 1.6. The summary line says which (build=..., containerd=...).
 bench-relay bench-policy bench-install bench-extension: bench-%: venv
 	$(PY) -m pytest -s -p no:cacheprovider -o addopts="" --timeout=3600 test/bench/bench_$*.py

@@ -4,8 +4,8 @@
   extension image     gardener-extension-cri-resmgr, the helm CLI and the charts at /charts;
                       runs as uid 65532 with CRI_RESMGR_CHARTS_DIR=/charts.
   installation image  cri-resmgr, cri-resmgr-agent(-probe), cri-resmgr-installer and cri-resmgr-webhook on PATH,
-                      nsenter, and the single-file executable at /opt/cri-resmgr/bin/cri-resmgr (what the
-                      installer copies to nodes); tagged as both the installer and the agent image.
+                      and nsenter; tagged as both the installer and the agent image. The installer copies
+                      the program directory /opt/cri-resmgr/lib to nodes (its --binary default).
 
 Containers run the unpacked (one-dir) build from hacks/build-executable.sh at /opt/cri-resmgr/lib: it needs
 no writable /tmp (the agent's root is read-only) and starts without unpacking itself on every probe.
@@ -27,7 +27,6 @@ from docker_archive import PATH_ENV, Image, Layer, write_docker_archive
 from shipped_images import image_names, run_builder
 
 REPO = Path(__file__).resolve().parent.parent
-EXE_DIR = "/opt/cri-resmgr/bin"
 PROGRAM_DIR = "/opt/cri-resmgr/lib"
 NODE_COMMANDS = ["cri-resmgr", "cri-resmgr-agent", "cri-resmgr-agent-probe", "cri-resmgr-installer",
                  "cri-resmgr-webhook"]
@@ -92,13 +91,6 @@ def program_layer(executable_dir: str, commands: list[str]) -> bytes:
     return layer.close()
 
 
-def node_binary_layer(executable: str) -> bytes:
-    """The one-file executable the installer copies to nodes (its --binary default)."""
-    layer = Layer()
-    layer.host_file(executable, f"{EXE_DIR}/cri-resmgr", mode=0o755)
-    return layer.close()
-
-
 def nsenter_layer(nsenter: str) -> bytes:
     layer = Layer()
     layer.host_file(nsenter, "usr/bin/nsenter", mode=0o755)
@@ -135,7 +127,7 @@ def build(args: argparse.Namespace) -> dict[str, list[str]]:
     written: dict[str, list[str]] = {}
     log(f"installation image: nsenter from {args.nsenter}")
     installation = Image(names["installation"],
-                         [base, program, node_binary_layer(args.executable), nsenter_layer(args.nsenter)],
+                         [base, program, nsenter_layer(args.nsenter)],
                          entrypoint=["/usr/local/bin/cri-resmgr-installer"], created_by=by)
     out = os.path.join(args.output_dir, "installation.tar")
     written[out] = write_docker_archive(out, [installation])

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import noderecord
-from installer import node_recorder, readiness
+from installer import node_recorder, readiness, release
 from installer.agent_check import agent_check, gated_by_agent
 from installer.host import CommandRunner, Host
 from installer.install import KUBELET_TARGET, InstallSettings, NodeInstaller
@@ -35,13 +35,14 @@ def _no_record(state: str, reason: str) -> None:
 
 DESCRIPTION = """\
 cri-resmgr-installer runs privileged in the installer DaemonSet with the host
-root mounted. It copies the cri-resmgr executable onto the node, writes the
+root mounted. It copies the cri-resmgr program onto the node, writes the
 cri-resource-manager.service systemd unit and its fallback/force/EXTRA_OPTIONS
 configuration, repoints kubelet at the relay socket once the relay answers,
 supervises it, and in uninstall mode reverses every change exactly.
 
 install mode (default):
-  1. /opt/cri-resmgr/bin/cri-resmgr (atomic rename, checksum verified)
+  1. /opt/cri-resmgr/releases/<digest>/ (copied, verified against its manifest,
+     renamed), /opt/cri-resmgr/bin/cri-resmgr a symlink to its executable
   2. /etc/systemd/system/cri-resource-manager.service, /etc/default/cri-resource-manager
   3. /etc/cri-resmgr/{fallback.cfg|force.cfg,extra-options.env} from --config-dir
   4. daemon-reload, enable, restart (only if something it reads changed)
@@ -106,8 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-dir", default="/etc/cri-resmgr-installer/config", type=Path,
                    help="mounted static config ConfigMap with optional keys fallback.cfg, force.cfg, "
                         "EXTRA_OPTIONS (default: /etc/cri-resmgr-installer/config)")
-    p.add_argument("--binary", default="/opt/cri-resmgr/bin/cri-resmgr", type=Path,
-                   help="the cri-resmgr executable to install (default: /opt/cri-resmgr/bin/cri-resmgr in the image)")
+    p.add_argument("--binary", default="/opt/cri-resmgr/lib", type=Path,
+                   help="the cri-resmgr program to install: the unpacked build's directory (with cri-resmgr at "
+                        "its top), or a single executable (default: /opt/cri-resmgr/lib in the image)")
     p.add_argument("--ready-file", default="/var/run/cri-resmgr-installer/ready", type=Path,
                    help="readiness file for the probe (default: /var/run/cri-resmgr-installer/ready)")
     p.add_argument("--probe-max-age", type=float, default=readiness.DEFAULT_MAX_AGE_S, metavar="S",
@@ -280,8 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cri-resmgr-installer: --max-kubelet-restarts {args.max_kubelet_restarts}: at least 2 "
               "(room for a recovery and a fallback)", file=sys.stderr)
         return 2
-    if mode == "install" and not args.binary.is_file():
-        print(f"cri-resmgr-installer: --binary {args.binary} is not a file", file=sys.stderr)
+    if mode == "install" and not (args.binary.is_file() or (args.binary / release.EXE_NAME).is_file()):
+        print(f"cri-resmgr-installer: --binary {args.binary} is neither an executable nor a directory with "
+              f"{release.EXE_NAME} at its top", file=sys.stderr)
         return 2
     if not args.host_root.is_dir():
         print(f"cri-resmgr-installer: --host-root {args.host_root} is not a directory", file=sys.stderr)

@@ -17,11 +17,14 @@ from typing import Any
 
 ENV = "CRI_RESMGR_INSTALLER_FAILPOINT"
 
-# In the order install reaches them. "file-journaled" fires between recording a file change
+# In the order install reaches them. "release-verified" fires between the verified copy of a release and
+# its rename into place. "file-journaled" fires between recording a file change
 # (with its backup) and writing the file, the narrowest window of the journal protocol.
 INSTALL_FAILPOINTS = (
-    "file-journaled",
+    "release-verified",
+    "release-copied",
     "binary-installed",
+    "file-journaled",
     "unit-files-written",
     "static-config-written",
     "unit-started",
@@ -30,6 +33,10 @@ INSTALL_FAILPOINTS = (
     "kubelet-restarted",
     "install-verified",
 )
+
+# Reached only on a node installed by the one-file version: its executable has become a release, the
+# stable path is not yet the symlink to it.
+MIGRATION_FAILPOINTS = ("one-file-adopted",)
 
 UNINSTALL_FAILPOINTS = (
     "uninstall-kubelet-restored",

@@ -208,7 +208,7 @@ class Host:
         except BaseException:
             _unlink_quietly(tmp)
             raise
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
 
     def remove(self, node_path: str) -> bool:
         """Remove a file; True if it existed."""
@@ -258,7 +258,7 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

@@ -17,10 +17,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from installer import failpoints, go_adoption, node_files, systemd, upgrade
+from installer import failpoints, go_adoption, node_files, release, systemd, upgrade
 from installer.cpuset_restore import restore_cpusets
 from installer.cri_check import CriUnavailable, cri_version, normalize_endpoint, wait_cri
-from installer.host import Host, HostCommandError, sha256_bytes, sha256_file
+from installer.host import Host, HostCommandError, sha256_bytes
 from installer.journal import Journal
 from installer.kubelet_endpoint import (
     KUBELET_UNIT,
@@ -153,17 +153,27 @@ class NodeInstaller:
         settings = dataclasses.replace(self.settings.unit or node_files.UnitSettings(runtime), runtime_endpoint=runtime)
         changed: list[str] = []
 
-        # 1. The executable, checksum verified, atomic rename. A new one replacing a running one must
-        # first serve on a socket of its own (installer.upgrade); the old one is kept for a rollback.
-        sha = sha256_file(self.settings.binary)
-        live_sha = self.host.file_sha256(node_files.BINARY)
+        # 1. The program, as a release directory named by its digest (installer.release), copied, verified
+        # and renamed into place; the stable path is a symlink to it, switched in one rename. A new one
+        # replacing a running one must first serve on a socket of its own (installer.upgrade); the live
+        # release is kept for a rollback.
+        manifest = release.manifest_of(self.settings.binary)
+        sha = manifest.digest
+        self._adopt_one_file(journal)
+        live_sha = release.current(self.host, node_files.BINARY)
         if live_sha is not None and live_sha != sha:
-            self._try_upgrade(journal, sha, runtime)
+            self._try_upgrade(journal, manifest, runtime)
         if live_sha != sha:
             journal.set(PENDING_RESMGR_RESTART, True)
+        journal.ensure_dir(release.RELEASES_DIR)
         journal.ensure_dir(os.path.dirname(node_files.BINARY))
-        if journal.put_file(node_files.BINARY, b"", group=RESMGR, mode=0o755,
-                            source=str(self.settings.binary), sha256=sha):
+        if not release.is_installed(self.host, sha):
+            # New, or the live one damaged on the node: the relay must (re)start on the fresh copy.
+            journal.set(PENDING_RESMGR_RESTART, True)
+            release.install(self.host, self.settings.binary, manifest)
+            changed.append(release.release_dir(sha))
+        failpoints.hit("release-copied")
+        if release.point(self.host, node_files.BINARY, sha):
             changed.append(node_files.BINARY)
         failpoints.hit("binary-installed")
 
@@ -177,8 +187,7 @@ class NodeInstaller:
         failpoints.hit("unit-files-written")
         journal.ensure_dir(node_files.CONFIG_DIR)
         changed += self._put_files(journal, desired, [PENDING_RESMGR_RESTART])
-        keep = set(desired) | set(unit_files) | {node_files.BINARY, node_files.KUBELET_GUARD,
-                                                 node_files.KUBELET_GUARD_DROPIN}
+        keep = set(desired) | set(unit_files) | {node_files.KUBELET_GUARD, node_files.KUBELET_GUARD_DROPIN}
         for path in journal.paths(RESMGR):
             if path not in keep:
                 journal.set(PENDING_RESMGR_RESTART, True)
@@ -218,6 +227,11 @@ class NodeInstaller:
             raise InstallError(f"{exc}; kubelet is not pointed at the relay") from exc
         journal.set(upgrade.VERIFYING_SHA, None)
         log.info("relay answers CRI Version: %s", version, extra={"endpoint": node_files.RELAY_ENDPOINT})
+        # Exactly one previous release stays for a rollback; older ones and interrupted copies go.
+        kept = {sha} | ({journal.get(upgrade.PREVIOUS_RELEASE)} - {None})
+        for name in release.prune(self.host, kept):
+            log.info("removed release %s", name, extra={"path": f"{release.RELEASES_DIR}/{name}",
+                                                          "change": "remove"})
         failpoints.hit("relay-answered")
 
         # 6.-7. Repoint kubelet, restart it, check what it really uses.
@@ -231,34 +245,54 @@ class NodeInstaller:
         return InstallReport(changed, restarted, kubelet_changed[1], journal.get(KUBELET_LAYOUT, ""),
                              runtime, version)
 
-    def _try_upgrade(self, journal: Journal, sha: str, runtime: str) -> None:
-        """Trial the new executable; keep the live one for a rollback. InstallError if it is not taken."""
+    def _adopt_one_file(self, journal: Journal) -> None:
+        """A node installed by the one-file version has the executable itself at the stable path, tracked
+        as a journaled file: it becomes a release of one file (the rollback target of the upgrade that
+        follows), the stable path a symlink to it, and the journal stops tracking it as a file."""
+        if node_files.BINARY not in journal.paths(RESMGR):
+            return
+        if release.current(self.host, node_files.BINARY) is None and self.host.exists(node_files.BINARY):
+            old = self.host.path(node_files.BINARY)
+            manifest = release.manifest_of(old)
+            journal.ensure_dir(release.RELEASES_DIR)
+            release.install(self.host, old, manifest)
+            failpoints.hit("one-file-adopted")
+            release.point(self.host, node_files.BINARY, manifest.digest)
+            log.info("the one-file executable at %s is now release %s", node_files.BINARY, manifest.digest[:12],
+                     extra={"path": node_files.BINARY, "sha256": manifest.digest, "change": "adopt"})
+        journal.forget_file(node_files.BINARY)
+
+    def _try_upgrade(self, journal: Journal, manifest: release.Manifest, runtime: str) -> None:
+        """Trial the new release; keep the live one for a rollback. InstallError if it is not taken."""
+        sha = manifest.digest
         if journal.get(upgrade.REFUSED_SHA) == sha:
             raise InstallError(f"cri-resmgr {sha[:12]} did not serve on this node after an earlier upgrade and "
                                "was rolled back; not trying it again (ship a fixed image). The node keeps "
                                "its running cri-resmgr")
-        self.host.makedirs(os.path.dirname(upgrade.STAGED_BINARY), mode=0o700)
-        self.host.copy_atomic(self.settings.binary, upgrade.STAGED_BINARY, sha)
+        journal.ensure_dir(release.RELEASES_DIR)
+        staged = release.install(self.host, self.settings.binary, manifest)
         try:
-            upgrade.run_trial(self.host, upgrade.STAGED_BINARY, runtime)
+            upgrade.run_trial(self.host, staged, runtime)
         except upgrade.UpgradeRefused as exc:
+            self.host.remove_tree(release.release_dir(sha))  # never live: nothing to keep it for
             raise InstallError(str(exc)) from exc
-        finally:
-            self.host.remove(upgrade.STAGED_BINARY)
-        if upgrade.keep_previous(self.host):
+        live = release.current(self.host, node_files.BINARY)
+        if live is not None and release.is_installed(self.host, live):
+            journal.set(upgrade.PREVIOUS_RELEASE, live)
             journal.set(upgrade.VERIFYING_SHA, sha)
 
     def _roll_back(self, journal: Journal, sha: str, cause: Exception) -> None:
-        """The upgraded relay does not serve: put the previous executable back and restart it. Always raises."""
-        prev = self.host.file_sha256(upgrade.PREVIOUS_BINARY)
+        """The upgraded relay does not serve: switch back to the previous release and restart it. Always raises."""
+        prev = journal.get(upgrade.PREVIOUS_RELEASE)
         journal.set(upgrade.REFUSED_SHA, sha)
         journal.set(upgrade.VERIFYING_SHA, None)
-        if prev is None:
+        if prev is None or not release.is_installed(self.host, prev):
             raise InstallError(f"{cause}; the upgraded cri-resmgr does not serve and no previous one is kept")
         log.error("the upgraded cri-resmgr does not serve (%s); rolling back to the previous one", cause,
                   extra={"sha256": sha, "previous_sha256": prev})
-        journal.put_file(node_files.BINARY, b"", group=RESMGR, mode=0o755,
-                         source=str(self.host.path(upgrade.PREVIOUS_BINARY)), sha256=prev)
+        release.point(self.host, node_files.BINARY, prev)
+        journal.set(upgrade.PREVIOUS_RELEASE, None)  # the previous release is the live one again
+        self.host.remove_tree(release.release_dir(sha))
         systemd.reset_failed(self.host, node_files.UNIT)
         systemd.restart(self.host, node_files.UNIT)
         try:
@@ -389,6 +423,10 @@ class NodeInstaller:
         for path in journal.paths(RESMGR):
             if journal.restore_file(path):
                 changed.append(path)
+        if release.unpoint(self.host, node_files.BINARY):
+            log.info("removed %s", node_files.BINARY, extra={"path": node_files.BINARY, "change": "remove"})
+            changed.append(node_files.BINARY)
+        changed += [f"{release.RELEASES_DIR}/{name}" for name in release.prune(self.host, set())]
         systemd.daemon_reload(self.host)
         systemd.reset_failed(self.host, node_files.UNIT)
         failpoints.hit("uninstall-files-removed")

@@ -235,6 +235,15 @@ class Journal:
             self.host.remove(rec.backup)
         return changed
 
+    def forget_file(self, node_path: str) -> None:
+        """Stop tracking a file whose ownership moved elsewhere (the executable became a release symlink)."""
+        rec = self.files.pop(node_path, None)
+        if rec is None:
+            return
+        self.save()
+        if rec.backup:
+            self.host.remove(rec.backup)
+
     def paths(self, group: str) -> list[str]:
         return sorted(p for p, r in self.files.items() if r.group == group)
 

@@ -30,7 +30,7 @@ RELAY_SOCKET = DEFAULT_RELAY_SOCKET
 RELAY_ENDPOINT = f"unix://{RELAY_SOCKET}"
 RELAY_RUNTIME_DIR = "/var/run/cri-resmgr"
 RELAY_STATE_DIR = "/var/lib/cri-resmgr"
-RELAY_TMP_DIR = f"{RELAY_STATE_DIR}/tmp"  # where the single-file build unpacks itself (TMPDIR)
+RELAY_TMP_DIR = f"{RELAY_STATE_DIR}/tmp"  # the relay's TMPDIR (a writable temp dir under ProtectSystem=strict)
 RUNTIME_UNIT = "containerd.service"
 KUBELET_GUARD = "/opt/cri-resmgr/bin/kubelet-guard"
 KUBELET_GUARD_DROPIN = "/etc/systemd/system/kubelet.service.d/90-cri-resmgr-guard.conf"

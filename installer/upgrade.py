@@ -3,18 +3,17 @@
 A new cri-resmgr first serves CRI Version on a socket of its own (a transient systemd unit with the
 relay's environment, policy ``none``, a private state directory, no agent, no metrics), while the
 live relay keeps serving kubelet. Only an executable that passed replaces the live one. If the
-restarted relay then does not serve, the previous executable (kept under the state directory) goes
-back and is restarted, and the refused executable's checksum is recorded, so that later runs do not
-restart the node's relay over and over with it: the installer pod stays not ready with the reason,
-which stops the DaemonSet's rollout on the first node.
+restarted relay then does not serve, the stable path is switched back to the previous release (kept
+under installer.release.RELEASES_DIR) and restarted, and the refused release's digest is recorded, so
+that later runs do not restart the node's relay over and over with it: the installer pod stays not
+ready with the reason, which stops the DaemonSet's rollout on the first node.
 
-Everything here lives under the relay's state and runtime directories, which uninstall removes.
+The trial's files live under the relay's state and runtime directories, which uninstall removes.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
 from installer import node_files, systemd
 from installer.cri_check import CriUnavailable, wait_cri
@@ -24,17 +23,15 @@ from resmgr.rpc.sockets import endpoint_path
 log = logging.getLogger("installer.upgrade")
 
 UPGRADE_DIR = f"{node_files.RELAY_STATE_DIR}/upgrade"
-# The shipped executable is multi-call and picks its program by its own file name, so a copy keeps
-# the name cri-resmgr (in a directory of its own); "cri-resmgr.new" would not be cri-resmgr at all.
-STAGED_BINARY = f"{UPGRADE_DIR}/new/{os.path.basename(node_files.BINARY)}"
-PREVIOUS_BINARY = f"{UPGRADE_DIR}/previous/{os.path.basename(node_files.BINARY)}"
 TRIAL_STATE_DIR = f"{UPGRADE_DIR}/trial"
 TRIAL_TMP_DIR = f"{UPGRADE_DIR}/tmp"
 TRIAL_CONFIG = f"{UPGRADE_DIR}/trial.cfg"
 TRIAL_RUN_DIR = f"{node_files.RELAY_RUNTIME_DIR}/trial"
 TRIAL_UNIT = "cri-resmgr-trial.service"
-# The journal key: the checksum of an executable that passed its trial but did not serve as the live relay.
+# The journal key: the digest of a release that passed its trial but did not serve as the live relay.
 REFUSED_SHA = "upgrade_refused_sha256"
+# The journal key: the release that was live before the last upgrade, kept (the only one) for a rollback.
+PREVIOUS_RELEASE = "upgrade_previous_release"
 # The journal key: an executable that replaced a kept previous one and has not served yet (rollback target).
 VERIFYING_SHA = "upgrade_verifying_sha256"
 
@@ -80,17 +77,6 @@ def run_trial(host: Host, binary: str, runtime_endpoint: str, timeout_s: float =
     return version
 
 
-def keep_previous(host: Host) -> bool:
-    """Copy the live executable aside for a rollback; False if there is none to keep."""
-    if not host.exists(node_files.BINARY):
-        return False
-    sha = host.file_sha256(node_files.BINARY)
-    assert sha is not None
-    host.makedirs(os.path.dirname(PREVIOUS_BINARY), mode=0o700)
-    host.copy_atomic(host.path(node_files.BINARY), PREVIOUS_BINARY, sha, mode=0o755)
-    return True
-
-
 def _trial_gone(host: Host) -> str | None:
     state = systemd.is_active(host, TRIAL_UNIT)
     return None if state in ("active", "activating") else f"the trial exited ({TRIAL_UNIT} is {state})"
@@ -111,3 +97,4 @@ def _clean_trial(host: Host) -> None:
     for d in (TRIAL_STATE_DIR, TRIAL_TMP_DIR, TRIAL_RUN_DIR):
         host.remove_tree(d)
     host.remove(TRIAL_CONFIG)
+    host.rmdir_if_empty(UPGRADE_DIR)  # holds only the trial's files now (releases keep the executables)

@@ -7,13 +7,14 @@ machine noise hits both alike. The LAST line printed is the summary:
 
     relay: added_p50_ms=<x> added_p99_ms=<y> podstart_ratio=<r> rss_mb=<m> idle_cpu_pct=<c>
            concurrent8_ratio=<a> concurrent32_ratio=<b> max_request_mib=<s> idle_rss_mb=<i>
-           soak_rss_growth_pct=<g> soak_failed_calls=<f> containerd=<version> build=<onefile|venv|exe>
+           soak_rss_growth_pct=<g> soak_failed_calls=<f> containerd=<version> build=<onedir|onefile|venv|exe>
 
-By default it measures what a node runs: the shipped one-file build (hacks/build-executable.sh, `make build-exe`:
-_out/bin/cri-resmgr; the bench builds it first when its sources changed, in seconds when they did not) on
-containerd 2 (setup step containerd2), as current Gardener nodes run it. A one-file build runs as a small
-bootloader process and the relay as its child; every RSS and CPU figure is the whole process tree's
-(bootloader + relay), as the node pays it, and the start-up lines show the split.
+By default it measures what a node runs: the unpacked (one-dir) build that the installer ships as a release
+(hacks/build-executable.sh, `make build-exe`: _out/bin/cri-resmgr.dir/cri-resmgr; the bench builds it first when
+its sources changed, in seconds when they did not) on containerd 2 (setup step containerd2), as current Gardener
+nodes run it: one process, nothing unpacked at start. The one-file build (RELAY_BENCH_EXE=onefile) runs as a
+small bootloader process and the relay as its child; every RSS and CPU figure is the whole process tree's
+(bootloader + relay), and the start-up lines show the split.
 
 concurrentN_ratio: wall time of N pod starts at once on one connection (as kubelet's), through
 the relay over direct. max_request_mib: the largest CreateContainer that passes the relay, tried
@@ -26,13 +27,15 @@ the growth is the soak's largest RSS over the RSS at its start, in percent. soak
 of the mix that did not get through (UNAVAILABLE, INTERNAL, ...; the runtime's own answers such as
 NOT_FOUND for a container the churner just removed do not count); target 0. containerd: the version of the
 containerd both sides ran against, as `containerd --version` prints it. build: what ran as the relay
-(onefile: the shipped build; venv: the venv's `cri-resmgr`; exe: RELAY_BENCH_EXE's executable).
+(onedir: the shipped build; onefile: its one-file form; venv: the venv's `cri-resmgr`; exe: RELAY_BENCH_EXE's
+executable).
 
 Targets (reported, not asserted): added_p50_ms <= 0.10, podstart_ratio <= 1.02, rss_mb <= 30,
 idle_cpu_pct <= 0.5, concurrentN_ratio <= 1.10, max_request_mib >= 16, soak_rss_growth_pct <= 5.
 Environment: CRI_RESMGR_TEST_CONTAINERD=debian runs it against Debian's containerd 1.6 instead of
-containerd 2; RELAY_BENCH_EXE=venv runs the venv's `cri-resmgr` (the Python sources of this checkout, no
-bootloader) instead of the one-file build, and RELAY_BENCH_EXE=<path> another cri-resmgr executable, as is;
+containerd 2; RELAY_BENCH_EXE=onefile runs the one-file build, RELAY_BENCH_EXE=venv the venv's `cri-resmgr` (the
+Python sources of this checkout, no bootloader) instead of the one-dir build, and RELAY_BENCH_EXE=<path>
+another cri-resmgr executable, as is;
 RELAY_BENCH_ARGS adds cri-resmgr flags (to compare options); RELAY_BENCH_IDLE_S sets the relist window
 (default 30 s); RELAY_BENCH_SOAK_S the soak (default 300 s, after the 60 s warm-up; RELAY_BENCH_WARMUP_S
 changes that).
@@ -94,13 +97,17 @@ def interleaved(direct_call, relay_call, rounds: int, per_round: int) -> tuple[l
 
 
 EXE_ENV = "RELAY_BENCH_EXE"
-ONEFILE, VENV, EXE = "onefile", "venv", "exe"
+ONEDIR, ONEFILE, VENV, EXE = "onedir", "onefile", "venv", "exe"
 
 
 def relay_build(choice: str) -> tuple[str, str]:
-    """(executable, build) for RELAY_BENCH_EXE's value: unset or "onefile" the shipped one-file build, brought up
-    to date first; "venv" the venv's cri-resmgr; anything else a path to run as it is."""
-    if choice in ("", ONEFILE):
+    """(executable, build) for RELAY_BENCH_EXE's value: unset or "onedir" the unpacked build that nodes run
+    (hacks/build-executable.sh's OUTPUT.dir/, brought up to date first), "onefile" its one-file build; "venv"
+    the venv's cri-resmgr; anything else a path to run as it is."""
+    if choice in ("", ONEDIR):
+        onefile = build_executable()
+        return str(onefile.with_name(onefile.name + ".dir") / "cri-resmgr"), ONEDIR
+    if choice == ONEFILE:
         return str(build_executable()), ONEFILE
     if choice == VENV:
         return cri_resmgr_executable(), VENV

@@ -139,7 +139,7 @@ def test_reboot_with_a_broken_relay_comes_up_ready(target, inside):
                lambda: (n.read_file(node_files.FALLBACK_FILE) == good_fallback, "still the unfit one"), 300, 2)
     back_on_relay(node)
 
-    # 3. A full /tmp at boot. The relay unpacks itself under its own state directory, not /tmp.
+    # 3. A full /tmp at boot. The relay unpacks nothing and its TMPDIR is under its own state directory, not /tmp.
     n.write_file(f"/etc/systemd/system/{FULL_TMP_UNIT}", FULL_TMP_UNIT_TEXT)
     n.systemctl("enable", FULL_TMP_UNIT)
     times["full /tmp"], fell_back = reboot_until_ready(land, node)

@@ -192,8 +192,10 @@ def node_ro_binds() -> list[tuple[str, str]]:
 def write_launcher(directory: Path) -> Path:
     """The cri-resmgr executable handed to the installer until the single-file build exists."""
     path = directory / "cri-resmgr"
+    # PYTHONPATH: the venv's editable install may point at another checkout (a git worktree's tests run
+    # their own code), and only REPO is bound into the node.
     path.write_text(f'#!/bin/sh\n# cri-resmgr launcher for test nodes: the relay from {REPO}\n'
-                    f'exec {Path(sys.prefix) / "bin" / "cri-resmgr"} "$@"\n')
+                    f'export PYTHONPATH={REPO}\nexec {Path(sys.prefix) / "bin" / "cri-resmgr"} "$@"\n')
     path.chmod(0o755)
     return path
 

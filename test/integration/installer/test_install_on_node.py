@@ -12,6 +12,8 @@ from integration.installer.node_checks import (
     wait_kubelet_on_runtime,
 )
 
+from installer import release
+
 pytestmark = pytest.mark.integration
 
 
@@ -46,7 +48,12 @@ def test_install_twice_then_uninstall_restores_everything(installer_node, tools,
     assert stat("/var/run/cri-resmgr/agent/cri-resmgr-config.sock") == "660 65532 socket"
     assert stat("/var/run/cri-resmgr/cri-resmgr.sock").endswith(" 0 socket")
     installed = snapshot(node)
-    assert installed["/opt/cri-resmgr/bin/cri-resmgr"] == n.binary.read_bytes()
+    # The program is a release named by its digest; the stable path the unit runs is a symlink to it.
+    digest = release.manifest_of(n.binary).digest
+    assert installed["/opt/cri-resmgr/bin/cri-resmgr"] == f"-> /opt/cri-resmgr/releases/{digest}/cri-resmgr"
+    assert installed[f"/opt/cri-resmgr/releases/{digest}/cri-resmgr"] == n.binary.read_bytes()
+    assert [p for p in installed if p.startswith("/opt/cri-resmgr/releases/")] == [
+        f"/opt/cri-resmgr/releases/{digest}/cri-resmgr"]
     assert b"--metrics-address=off" in installed["/etc/cri-resmgr/extra-options.env"]
 
     second = n.install()

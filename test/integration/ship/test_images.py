@@ -2,8 +2,8 @@
 
 Each test runs once on the daemonless images (hacks/build-images.py) and once on the Dockerfile's targets
 built with buildah (hacks/build-dockerfile-images.py): entrypoints run as containers, the extension runs
-as uid 65532 with helm on PATH and the charts at /charts, the installation image has the node executable
-at /opt/cri-resmgr/bin/cri-resmgr and nsenter, and the agent runs with a read-only root.
+as uid 65532 with helm on PATH and the charts at /charts, the installation image has the node program
+at /opt/cri-resmgr/lib and nsenter, and the agent runs with a read-only root.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_installation_image_entrypoint(containerd, images: ImageSet, tmp_path: P
     (["cri-resmgr-agent", "--help"], "usage: cri-resmgr-agent"),
     (["cri-resmgr-agent-probe", "--help"], "usage: cri-resmgr-agent-probe"),
     (["cri-resmgr-webhook", "--help"], "usage: cri-resmgr-webhook"),
-    (["/opt/cri-resmgr/bin/cri-resmgr", "--list-policies"], "topology-aware"),
+    (["/opt/cri-resmgr/lib/cri-resmgr", "--list-policies"], "topology-aware"),
     (["nsenter", "--version"], "nsenter from util-linux"),
 ])
 def test_installation_image_commands(containerd, images: ImageSet, tmp_path: Path, command: list[str],
@@ -135,8 +135,8 @@ def test_agent_runs_with_read_only_root(containerd, images: ImageSet, tmp_path: 
 
 
 def test_installation_image_ships_the_node_binary(containerd, images: ImageSet, tmp_path: Path) -> None:
-    # The installer's --binary default: the one-file executable (it unpacks itself into the container's /tmp).
+    # The installer's --binary default: the unpacked program directory; the one-file build is not shipped.
     code, out, _ = run_to_exit(containerd, tmp_path, "node-bin", images.installer,
-                               command=["/opt/cri-resmgr/bin/cri-resmgr"], args=["--version"])
+                               command=["/opt/cri-resmgr/lib/cri-resmgr"], args=["--version"])
     assert code == 0, out
     assert out.startswith("cri-resmgr ")

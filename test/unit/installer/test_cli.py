@@ -37,7 +37,7 @@ def test_bad_arguments_fail_clearly(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["--mode", "nuke", "--host-root", str(tmp_path)]) == 2
     assert "--mode='nuke' is not a mode" in capsys.readouterr().err
     assert main(["--binary", str(tmp_path / "missing"), "--host-root", str(tmp_path)]) == 2
-    assert "is not a file" in capsys.readouterr().err
+    assert "is neither an executable nor a directory with cri-resmgr at its top" in capsys.readouterr().err
     assert main(["--mode", "uninstall", "--host-root", str(tmp_path / "nope")]) == 2
     assert "is not a directory" in capsys.readouterr().err
     assert main(["--mode", "uninstall", "--host-root", str(tmp_path), "--host-namespaces", "mount,bogus"]) == 2

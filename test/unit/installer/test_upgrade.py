@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import os
 
-from installer import node_files, upgrade
+from installer import node_files, release, upgrade
 
 
-def test_copies_of_the_executable_keep_its_name() -> None:
+def test_the_staged_executable_keeps_its_name() -> None:
     # A staged copy named "cri-resmgr.new" ran the multi-call build's command list instead of the relay
     # (seen on the landscape: "unknown command '--relay-socket'"), so no upgrade could ever pass its trial.
+    # The trial now runs the new release's executable, which keeps the stable path's name.
     name = os.path.basename(node_files.BINARY)
-    assert os.path.basename(upgrade.STAGED_BINARY) == name
-    assert os.path.basename(upgrade.PREVIOUS_BINARY) == name
-    assert upgrade.trial_argv(upgrade.STAGED_BINARY, "unix:///run/containerd/containerd.sock")[0].endswith("/" + name)
+    assert os.path.basename(release.executable("0" * 64)) == name
+    assert upgrade.trial_argv(release.executable("0" * 64), "unix:///run/containerd/containerd.sock")[0].endswith(
+        "/" + name)
 
 
 def test_everything_the_upgrade_keeps_lies_under_the_state_dirs_uninstall_removes() -> None:
-    for path in (upgrade.STAGED_BINARY, upgrade.PREVIOUS_BINARY, upgrade.TRIAL_STATE_DIR, upgrade.TRIAL_CONFIG):
+    for path in (upgrade.TRIAL_STATE_DIR, upgrade.TRIAL_CONFIG):
         assert path.startswith(node_files.RELAY_STATE_DIR + "/")
     assert upgrade.TRIAL_RUN_DIR.startswith(node_files.RELAY_RUNTIME_DIR + "/")
