@@ -170,8 +170,8 @@ def test_the_installer_lives_with_gardener_node_agent(target, inside, tmp_path):
     # back (silent > 30 s), systemd restarts it, the supervisor recovers, and so on; each restarts kubelet.
     boot_id = n.read_file("/proc/sys/kernel/random/boot_id")
     real = f"{node_files.BINARY}.real"
-    n.run(["cp", "-p", node_files.BINARY, real])
-    # (The one-file build runs the command its name says, or its first argument names.)
+    n.run(["cp", "-P", node_files.BINARY, real])
+    # (The build runs the command its first argument names; -P above keeps the stable path a symlink into the release.)
     wrapper = f'#!/bin/sh\ntimeout 45 {real} cri-resmgr "$@"\nsleep 40\nexit 1\n'
     n.write_file(f"{node_files.BINARY}.new", wrapper, mode=0o755)
     n.run(["mv", "-f", f"{node_files.BINARY}.new", node_files.BINARY])
