@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make test`: the landscape half (make test-landscape) and the rest (make test-main) at the same time.
+# `make test-parallel`: the landscape half (make test-landscape) and the rest (make test-main) at the same time.
+# Not what `make test` and CI run: two landscapes side by side failed (docs/development/tests.md).
 #
 # Why at once: the landscape half mostly waits (nodes booting, kubelet and gardener-node-agent restarting,
 # pods starting, controllers' sync periods), the other half mostly computes; one after the other they took
