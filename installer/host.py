@@ -182,18 +182,9 @@ class Host:
 
     def write_atomic(self, node_path: str, data: bytes, mode: int = 0o644) -> None:
         """Write through a temp file in the same directory, fsync, rename: never a torn file."""
-        self._replace_via_temp(node_path, lambda out: out.write(data), mode, None)
+        self._replace_via_temp(node_path, lambda out: out.write(data), mode)
 
-    def copy_atomic(self, src: str | os.PathLike[str], node_path: str, expected_sha256: str,
-                    mode: int = 0o755) -> None:
-        """Copy a (possibly large) file in, verify its checksum on the node side, then rename."""
-        def fill(out: BinaryIO) -> None:
-            with open(src, "rb") as inp:
-                shutil.copyfileobj(inp, out, 1 << 20)
-        self._replace_via_temp(node_path, fill, mode, expected_sha256)
-
-    def _replace_via_temp(self, node_path: str, fill: Callable[[BinaryIO], object], mode: int,
-                          expected_sha256: str | None) -> None:
+    def _replace_via_temp(self, node_path: str, fill: Callable[[BinaryIO], object], mode: int) -> None:
         target = self.path(node_path)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
@@ -201,8 +192,6 @@ class Host:
                 fill(out)
                 out.flush()
                 os.fsync(out.fileno())
-            if expected_sha256 is not None and (got := sha256_file(tmp)) != expected_sha256:
-                raise OSError(f"checksum mismatch writing {node_path}: expected {expected_sha256}, wrote {got}")
             os.chmod(tmp, mode)
             os.replace(tmp, target)
         except BaseException:

@@ -146,14 +146,10 @@ class Journal:
         rec = self.files.get(node_path)
         return rec is not None and self.host.file_sha256(node_path) in rec.ours
 
-    def put_file(self, node_path: str, data: bytes, *, group: str, mode: int | None = None,
-                 source: str | None = None, sha256: str | None = None) -> bool:
-        """Make the node file hold ``data`` (or the file ``source`` with checksum ``sha256``).
-
-        Returns True if the file changed. Large files (the executable) come in through ``source``.
-        """
-        new_sha = sha256 if source is not None else sha256_bytes(data)
-        assert new_sha is not None
+    def put_file(self, node_path: str, data: bytes, *, group: str, mode: int | None = None) -> bool:
+        """Make the node file hold ``data``; True if the file changed. (The program itself is a release:
+        installer.release.)"""
+        new_sha = sha256_bytes(data)
         current = self.host.file_sha256(node_path)
         rec = self.files.get(node_path)
         if rec is None:
@@ -193,10 +189,7 @@ class Journal:
         failpoints.hit("file-journaled")
         parent = node_path.rsplit("/", 1)[0] or "/"
         self.ensure_dir(parent)
-        if source is not None:
-            self.host.copy_atomic(source, node_path, new_sha, mode)
-        else:
-            self.host.write_atomic(node_path, data, mode)
+        self.host.write_atomic(node_path, data, mode)
         # Written: earlier contents of ours can no longer be found in the file.
         rec.ours = [new_sha]
         self.save()
