@@ -34,12 +34,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "test"))
+sys.path.insert(0, str(REPO))  # for devland/: a script runs with only hacks/ on its path
 
-from e2e.gardener import shoot_ops  # noqa: E402
-from fixtures.landscape import Images, Landscape  # noqa: E402
-from fixtures.landscape.node_checks import WATCHED_DIRS, NodeRunner, file_digests  # noqa: E402
-from fixtures.landscape.workloads import (  # noqa: E402
+from devland import Images, Landscape, shoot_ops  # noqa: E402
+from devland.node_checks import WATCHED_DIRS, NodeRunner, file_digests  # noqa: E402
+from devland.tools import SETUP_HINT, find_tools  # noqa: E402
+from devland.workloads import (  # noqa: E402
     burstable_pod,
     container_cpuset,
     daemonset_rolled_out,
@@ -47,7 +47,6 @@ from fixtures.landscape.workloads import (  # noqa: E402
     guaranteed_pod,
     wait_pod_running,
 )
-from fixtures.tools import SETUP_HINT, find_tools  # noqa: E402
 
 # Step 4's config: static, under which a 2-CPU node can give one container a CPU of its own (see the file).
 DEFAULT_CONFIG = (REPO / "examples/configs/default-static.yaml").read_text()

@@ -24,11 +24,11 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "test"))
+sys.path.insert(0, str(REPO))  # for devland/: a script runs with only hacks/ on its path
 
-from fixtures.landscape import Images, Landscape, log, teardown  # noqa: E402
-from fixtures.landscape.landscape import STATE_FILE  # noqa: E402
-from fixtures.tools import find_tools  # noqa: E402
+from devland import Images, Landscape, log, teardown  # noqa: E402
+from devland.landscape import STATE_FILE  # noqa: E402
+from devland.tools import find_tools  # noqa: E402
 
 DEFAULT_DIR = Path(os.environ.get("LANDSCAPE_DIR", "/tmp/cri-resmgr-landscape"))
 

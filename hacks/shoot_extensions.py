@@ -2,7 +2,7 @@
 """Enable or disable an extension in a Shoot's ``spec.extensions``: the one implementation.
 
 Used by hacks/enable-extension-in-shoot.sh, hacks/disable-extension-in-shoot.sh (as a filter:
-Shoot JSON on stdin, a merge patch on stdout) and by the e2e suite (test/e2e/gardener/shoot_ops.py
+Shoot JSON on stdin, a merge patch on stdout) and by the e2e suite (devland/shoot_ops.py
 imports the functions). Plain standard library plus PyYAML (only to read a providerConfig file).
 
 Every shape of ``spec.extensions`` is handled: missing, null, empty, other extensions present, ours

@@ -11,9 +11,10 @@ import pytest
 from fixtures import hypothesis_profiles
 from fixtures.containerd import Containerd, running_containerd, runtime_from_env
 from fixtures.seed_api import SeedAPI
-from fixtures.systemd_node import SystemdNode, extract_rootfs
 from fixtures.tiers import tier_of
-from fixtures.tools import Tools, find_tools
+
+from devland.systemd_node import SystemdNode, extract_rootfs
+from devland.tools import Tools, find_tools
 
 HYPOTHESIS_PROFILE = hypothesis_profiles.register()
 

@@ -26,10 +26,11 @@ from integration.installer.installer_node import (
     node_ro_binds,
     prepare_node,
     run_installer,
-    snapshot,
     wait_for,
     write_launcher,
 )
+
+from devland.node_checks import snapshot
 
 TARGET_S = 20.0
 ROUNDS = {"gardener": int(os.environ.get("INSTALL_BENCH_ROUNDS", "3")), "kubeadm": 1, "config": 1}

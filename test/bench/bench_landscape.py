@@ -38,12 +38,11 @@ from pathlib import Path
 
 import pytest
 from e2e import scenarios
-from e2e.gardener import shoot_ops
 from e2e.targets import LANDSCAPE_EXTRA_OPTIONS
-from fixtures.landscape import Images, Landscape, build_images, garden
-from fixtures.landscape.node_checks import NodeRunner
 
 import noderecord
+from devland import Images, Landscape, build_images, garden, shoot_ops
+from devland.node_checks import NodeRunner
 
 pytestmark = pytest.mark.bench
 TARGET_ENABLE_S = 60.0

@@ -59,10 +59,11 @@ import pytest
 from bench.relay_load import LoadMix, container_config, pod_config, soak
 from cri_api.v1 import api_pb2, api_pb2_grpc
 from fixtures.containerd import CONTAINERD2, Containerd, running_containerd, runtime_from_env
-from fixtures.hacks import build_executable
-from fixtures.procfs import descendants, private_kib, rss_kib, tree_cpu_seconds, tree_rss_kib
-from fixtures.tools import Tools
 from integration.relay.relay_process import RelayProcess, cri_resmgr_executable
+
+from devland.hacks import build_executable
+from devland.procfs import descendants, private_kib, rss_kib, tree_cpu_seconds, tree_rss_kib
+from devland.tools import Tools
 
 CONTAINERS = 110
 PODS = 22  # 5 containers each

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from e2e.gardener import shoot_ops
+from devland import shoot_ops
 
 DEFAULT_CONFIG = "policy:\n  Active: topology-aware\n  ReservedResources:\n    CPU: 750m\n"
 

@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 import yaml
-from e2e.gardener import shoot_ops
+
+from devland import shoot_ops
 
 LANDSCAPE_EXTRA_OPTIONS = "--metrics-address=off"
 
@@ -157,7 +158,7 @@ class LandscapeTarget:
         return list(self.land.pools)
 
     def runners(self, nodes: list[str]) -> list:
-        from fixtures.landscape.node_checks import NodeRunner
+        from devland.node_checks import NodeRunner
 
         return [NodeRunner(n) for n in self.land.shoot_nodes if n.name in nodes]
 
@@ -169,8 +170,8 @@ class LandscapeTarget:
 
     def kill_extension_pod(self) -> None:
         """Force-delete the extension's pod while the installer DaemonSet rolls out in the shoot."""
-        from fixtures.landscape import seed_extension
-        from fixtures.landscape.workloads import daemonset_rolled_out
+        from devland import seed_extension
+        from devland.workloads import daemonset_rolled_out
 
         def rolling() -> tuple[bool, str]:
             done, why = daemonset_rolled_out(self.land.shoot, "cri-resmgr-installer")

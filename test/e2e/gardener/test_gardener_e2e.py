@@ -29,8 +29,9 @@ if not os.environ.get("GARDEN_KUBECONFIG"):
                 allow_module_level=True)
 
 from e2e import scenarios  # noqa: E402
-from e2e.gardener import shoot_ops  # noqa: E402
 from e2e.targets import GardenerTarget  # noqa: E402
+
+from devland import shoot_ops  # noqa: E402
 
 # A shoot operation takes minutes; a scenario does several.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(4 * 3600)]

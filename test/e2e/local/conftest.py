@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fixtures.landscape import Images, Landscape, build_images
-from fixtures.tools import Tools
+
+from devland import Images, Landscape, build_images
+from devland.tools import Tools
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 from e2e.targets import LandscapeTarget
-from fixtures.landscape import Images, Landscape, build_images, garden, seed_extension
-from fixtures.tools import Tools
+
+from devland import Images, Landscape, build_images, garden, seed_extension
+from devland.tools import Tools
 
 REGISTRATION = "cri-resmgr-extension"
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]

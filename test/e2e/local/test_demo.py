@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures.landscape import build_images
+
+from devland import build_images
 
 REPO = Path(__file__).resolve().parents[3]
 

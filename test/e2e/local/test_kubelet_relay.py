@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 from e2e import scenarios
-from e2e.gardener import shoot_ops
 from e2e.targets import LandscapeTarget
-from fixtures.landscape.workloads import BUSYBOX, container_cpuset, guaranteed_pod, parse_cpus
-from fixtures.waiting import wait_until
+
+from devland import shoot_ops
+from devland.waiting import wait_until
+from devland.workloads import BUSYBOX, container_cpuset, guaranteed_pod, parse_cpus
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 

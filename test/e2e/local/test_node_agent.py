@@ -24,14 +24,13 @@ import time
 
 import pytest
 from e2e import scenarios
-from e2e.gardener import shoot_ops
 from e2e.targets import LandscapeTarget
-from fixtures.landscape import node_agent_image, osc
-from fixtures.landscape.node import NODE_AGENT_VERSION
-from fixtures.landscape.node_checks import NodeRunner
-from fixtures.landscape.workloads import exclusive_cpus, guaranteed_pod, wait_pod_running
-from fixtures.waiting import wait_until
 
+from devland import node_agent_image, osc, shoot_ops
+from devland.node import NODE_AGENT_VERSION
+from devland.node_checks import NodeRunner
+from devland.waiting import wait_until
+from devland.workloads import exclusive_cpus, guaranteed_pod, wait_pod_running
 from installer import node_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]

@@ -20,13 +20,12 @@ import json
 import pytest
 import yaml
 from e2e import scenarios
-from e2e.gardener import shoot_ops
 from e2e.targets import LandscapeTarget
-from fixtures.landscape import seed_extension
-from fixtures.landscape.control_plane import iptables_save
-from fixtures.landscape.landscape import SHOOT_INTERNAL_DOMAIN
 
 import noderecord
+from devland import seed_extension, shoot_ops
+from devland.control_plane import iptables_save
+from devland.landscape import SHOOT_INTERNAL_DOMAIN
 from extension import node_proof
 from installer import failpoints
 

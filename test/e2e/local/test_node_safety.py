@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 from e2e import scenarios
-from e2e.gardener import shoot_ops
 from e2e.targets import LandscapeTarget
-from fixtures.landscape.node import RUNTIME_SOCKET
-from fixtures.landscape.node_checks import NodeRunner, file_digests
-from fixtures.landscape.workloads import HOST_CGROUP, guaranteed_pod, wait_pod_running
-from fixtures.waiting import wait_until
 
+from devland import shoot_ops
+from devland.node import RUNTIME_SOCKET
+from devland.node_checks import NodeRunner, file_digests
+from devland.waiting import wait_until
+from devland.workloads import HOST_CGROUP, guaranteed_pod, wait_pod_running
 from installer import node_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]

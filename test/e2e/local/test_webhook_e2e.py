@@ -10,8 +10,9 @@ import json
 
 import pytest
 from e2e import scenarios
-from e2e.gardener import shoot_ops
 from e2e.targets import LandscapeTarget
+
+from devland import shoot_ops
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 

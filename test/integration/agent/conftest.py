@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from fixtures.procs import Process, free_port, unix_socket_answers
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from devland.procs import Process, free_port, unix_socket_answers
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent

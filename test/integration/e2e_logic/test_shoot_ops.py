@@ -9,8 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from e2e.gardener import shoot_ops
 from integration.extension.test_extension_hacks import SHOOT_CRD
+
+from devland import shoot_ops
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from extension_operator_process import Operator, SeedClient  # noqa: E402
-from fixtures.procs import free_port  # noqa: E402
+
+from devland.procs import free_port  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fixtures.procs import Process
+from devland.procs import Process
 
 REPO = Path(__file__).resolve().parents[3]
 GROUP, VERSION = "extensions.gardener.cloud", "v1alpha1"
@@ -104,8 +104,7 @@ class SeedClient:
         """The test API server is the shoot too: the extension reads its nodes' records through the generic
         token kubeconfig (gardenlet's part) and a filled-in shoot-access token (the token-requestor's part),
         both played here (fixtures/shoot_access.py), with the ServiceAccount and RBAC of the installation chart."""
-        from fixtures import shoot_access
-
+        from devland import shoot_access
         from extension import node_proof
 
         if not getattr(self, "_shoot_rbac", False):

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fixtures.hacks import load_hack
-from fixtures.procs import free_port
+
+from devland.hacks import load_hack
+from devland.procs import free_port
 
 pytestmark = pytest.mark.integration
 

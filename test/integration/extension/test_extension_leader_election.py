@@ -13,8 +13,9 @@ import uuid
 
 import pytest
 from extension_operator_process import Operator, wait_for
-from fixtures.procs import free_port
 from fixtures.seed_api import default_shoot
+
+from devland.procs import free_port
 
 pytestmark = pytest.mark.integration
 

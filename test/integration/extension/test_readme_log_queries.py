@@ -18,9 +18,10 @@ from pathlib import Path
 import grpc
 import pytest
 from extension_operator_process import wait_for
-from fixtures.procs import Process
 from fixtures.seed_api import default_shoot
 from integration.relay.relay_process import running_relay
+
+from devland.procs import Process
 
 pytestmark = pytest.mark.integration
 

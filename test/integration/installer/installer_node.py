@@ -166,16 +166,6 @@ LAYOUTS = {
     }),
 }
 
-# Where the installer may leave something; every one must be back to its pre-install state.
-WATCHED_DIRS = ("/etc/systemd/system", "/etc/default", "/etc/cri-resmgr", "/opt", "/var/lib/kubelet",
-                "/var/lib/cri-resmgr", "/var/lib/cri-resmgr-installer", "/etc/kubernetes", "/lib/systemd/system",
-                "/var/run/cri-resmgr")
-
-
-# Runtime state of the running relay (pid file, sockets): compared by presence, not content.
-RUNTIME_DIRS = ("/var/run/cri-resmgr",)
-
-
 def node_ro_binds() -> list[tuple[str, str]]:
     """containerd, runc and this test run's Python environment (with the repo), read-only."""
     binds: list[tuple[str, str]] = []
@@ -239,33 +229,6 @@ def prepare_node(node, layout: str) -> KubeletLayout:
     spec = LAYOUTS[layout]
     install_kubelet(node, spec)
     return spec
-
-
-def snapshot(node, dirs: tuple[str, ...] = WATCHED_DIRS) -> dict[str, bytes | str]:
-    """Every file (content) and symlink (target) under ``dirs`` on the node."""
-    state: dict[str, bytes | str] = {}
-    for d in dirs:
-        top = node.path(d)  # /var/run is an absolute symlink: resolve it inside the node
-        if not top.exists():
-            continue
-        for dirpath, dirnames, filenames in os.walk(top):
-            rel = str(Path(dirpath).relative_to(top))
-            rel_dir = d.rstrip("/") + ("" if rel == "." else "/" + rel)  # keys name the path as asked
-            if not filenames and not dirnames:
-                state[rel_dir + "/"] = "<empty dir>"
-            for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-                full = os.path.join(dirpath, name)
-                key = f"{rel_dir}/{name}"
-                if os.path.islink(full):
-                    state[key] = "-> " + os.readlink(full)
-                elif d in RUNTIME_DIRS:
-                    # The pid file and sockets change with every restart; what matters is whether they exist.
-                    state[key] = "<runtime file>"
-                elif os.path.isfile(full):
-                    state[key] = Path(full).read_bytes()
-                else:
-                    state[key] = "<special>"
-    return state
 
 
 def installer_argv(node, binary: Path, config_dir: Path, ready_file: Path, *extra: str) -> list[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from integration.installer.installer_node import LAYOUTS, snapshot
+from integration.installer.installer_node import LAYOUTS
 from integration.installer.node_checks import (
     crictl_via_relay,
     unit_loaded,
@@ -12,6 +12,7 @@ from integration.installer.node_checks import (
     wait_kubelet_on_runtime,
 )
 
+from devland.node_checks import snapshot
 from installer import release
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from integration.installer.installer_node import LAYOUTS, snapshot, wait_for
+from integration.installer.installer_node import LAYOUTS, wait_for
 from integration.installer.node_checks import (
     kubelet_on_relay,
     kubelet_on_runtime,
@@ -19,6 +19,7 @@ from integration.installer.node_checks import (
     wait_kubelet_on_runtime,
 )
 
+from devland.node_checks import snapshot
 from installer import node_files
 from installer.failpoints import ENV as FAILPOINT_ENV
 from installer.failpoints import INSTALL_FAILPOINTS, UNINSTALL_FAILPOINTS

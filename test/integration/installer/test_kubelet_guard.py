@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from integration.installer.installer_node import LAYOUTS, snapshot
+from integration.installer.installer_node import LAYOUTS
 from integration.installer.node_checks import (
     kubelet_endpoint,
     kubelet_log,
@@ -19,6 +19,7 @@ from integration.installer.node_checks import (
     wait_kubelet_on_runtime,
 )
 
+from devland.node_checks import snapshot
 from installer import node_files
 
 pytestmark = pytest.mark.integration

@@ -9,9 +9,10 @@ import shutil
 import signal
 
 import pytest
-from integration.installer.installer_node import snapshot, wait_for
+from integration.installer.installer_node import wait_for
 from integration.installer.node_checks import kubelet_on_relay, kubelet_on_runtime, unit_state, wait_kubelet_on_relay
 
+from devland.node_checks import snapshot
 from installer import node_files, release, upgrade
 from installer.failpoints import ENV as FAILPOINT_ENV
 from installer.failpoints import MIGRATION_FAILPOINTS

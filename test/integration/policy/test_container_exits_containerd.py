@@ -20,9 +20,9 @@ import pytest
 from cri_api.v1 import api_pb2, api_pb2_grpc
 from fixtures.cri_objects import make_container_config, make_pod_config
 from fixtures.sysfs_builder import THIS_MACHINE, build_sysfs
-from fixtures.waiting import eventually
 from google.protobuf import json_format
 
+from devland.waiting import eventually
 from resmgr.config import validate_config_text
 from resmgr.manager.resource_manager import ResourceManager
 from resmgr.relay.server import Relay

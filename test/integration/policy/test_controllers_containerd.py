@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fixtures.waiting import eventually
 
+from devland.waiting import eventually
 from resmgr.control.cgroups import CGROUP_ROOT
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from fixtures.metrics_client import scrape_unix
 from fixtures.seed_configs import DYNAMIC_POOLS_APP
-from fixtures.waiting import eventually
 from prometheus_client.parser import text_string_to_metric_families
 
+from devland.waiting import eventually
 from resmgr.manager.cpu_usage import Rebalancer, UsageSampler
 from resmgr.relay.metrics import RelayMetrics, serve_metrics_socket
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 from fixtures.sysfs_builder import THIS_MACHINE_PMEM0
-from fixtures.waiting import eventually
 
+from devland.waiting import eventually
 from resmgr.relay.hooks import ContainerUpdate
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ parent per QoS class, CPU shares/quota, memory limit).
 from __future__ import annotations
 
 import pytest
-from fixtures.waiting import eventually
 
+from devland.waiting import eventually
 from resmgr.topology import format_cpuset, parse_cpuset
 
 pytestmark = pytest.mark.integration

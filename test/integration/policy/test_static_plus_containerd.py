@@ -4,7 +4,8 @@ the shared containers moving onto the reserved CPU while the last shared CPU is 
 from __future__ import annotations
 
 import pytest
-from fixtures.waiting import eventually
+
+from devland.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

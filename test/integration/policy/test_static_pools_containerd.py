@@ -7,8 +7,9 @@ import json
 
 import pytest
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from fixtures.waiting import eventually
 from integration.policy.conftest import SHAPES
+
+from devland.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -17,10 +17,11 @@ from types import ModuleType
 
 import pytest
 from fixtures.containerd import Containerd, running_containerd
-from fixtures.hacks import load_hack
-from fixtures.landscape.netns import NetNS
-from fixtures.procs import free_port
-from fixtures.tools import Tools
+
+from devland.hacks import load_hack
+from devland.netns import NetNS
+from devland.procs import free_port
+from devland.tools import Tools
 
 REPO = Path(__file__).resolve().parents[3]
 # This machine's own network namespace, held open from import time (before any test enters its own):

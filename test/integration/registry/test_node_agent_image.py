@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 from fixtures.containerd import CONTAINERD2, DEBIAN, Containerd
-from fixtures.landscape.node_agent_image import image_archive
-from fixtures.tools import Tools
+
+from devland.node_agent_image import image_archive
+from devland.tools import Tools
 
 pytestmark = pytest.mark.integration
 

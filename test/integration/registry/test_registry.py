@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fixtures.procs import free_port
+
+from devland.procs import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import grpc
 from cri_api.v1 import api_pb2, api_pb2_grpc
-from fixtures.procs import Process
 
+from devland.procs import Process
 from resmgr.options import RELAY_ENVIRONMENT
 
 

@@ -11,11 +11,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from fixtures.landscape.netns import NetNS
 from fixtures.metrics_client import scrape_unix
-from fixtures.waiting import eventually
 from integration.relay.relay_process import RelayProcess
 
+from devland.netns import NetNS
+from devland.waiting import eventually
 from resmgr.relay.metrics import RelayMetrics, serve_metrics
 
 NODE, POD, OTHER = "198.18.7.1", "198.18.7.2", "198.19.7.3"  # benchmarking ranges, private to the namespace

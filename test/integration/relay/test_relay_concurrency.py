@@ -17,9 +17,9 @@ from concurrent import futures
 from pathlib import Path
 
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from fixtures.waiting import eventually
 from integration.relay.relay_process import running_relay
 
+from devland.waiting import eventually
 from resmgr.manager.resource_manager import ResourceManager
 from resmgr.relay.hooks import HookResult
 from resmgr.topology import discover_topology, parse_cpuset

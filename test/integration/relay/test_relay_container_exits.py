@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from fixtures.waiting import eventually
 from integration.relay.relay_process import running_relay
+
+from devland.waiting import eventually
 
 STATIC = "policy:\n  Active: static\n  ReservedResources:\n    cpu: 1\n"
 PERIOD = 100_000

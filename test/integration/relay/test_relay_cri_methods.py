@@ -22,9 +22,9 @@ import pytest
 from cri_api.v1 import api_pb2
 from fixtures.containerd import RUNTIMES, Containerd, running_containerd
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from fixtures.tools import Tools
 from google.protobuf.message import Message
 
+from devland.tools import Tools
 from resmgr.relay.hooks import INTERCEPTED_METHODS
 from resmgr.relay.methods import IMAGE_SERVICE, RUNTIME_SERVICE, cri_methods
 from resmgr.relay.server import Relay

@@ -7,8 +7,9 @@ import os
 import stat
 
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from fixtures.waiting import eventually
 from integration.relay.relay_process import metric_value
+
+from devland.waiting import eventually
 
 
 def test_relay_socket_and_pid_file(relay):

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 from fixtures.containerd import RUNTIMES, Containerd
-from fixtures.hacks import load_hack
-from fixtures.landscape.netns import NetNS
-from fixtures.procs import free_port
-from fixtures.tools import Tools
 from integration.relay.relay_process import RelayProcess
+
+from devland.hacks import load_hack
+from devland.netns import NetNS
+from devland.procs import free_port
+from devland.tools import Tools
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 REPO = Path(__file__).resolve().parents[3]

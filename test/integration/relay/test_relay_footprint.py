@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from concurrent import futures
 
-from fixtures.waiting import eventually
 from integration.relay.relay_process import running_relay
 from integration.relay.test_relay_concurrency import POLICY, start_pod
+
+from devland.waiting import eventually
 
 
 def mapped_files(pid: int) -> set[str]:

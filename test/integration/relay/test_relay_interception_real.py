@@ -6,8 +6,8 @@ import json
 
 from cri_api.v1 import api_pb2
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from fixtures.waiting import eventually
 
+from devland.waiting import eventually
 from resmgr.relay.hooks import ContainerUpdate, HookResult, NoopHook
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from fixtures.waiting import eventually
 from integration.relay.test_relay_concurrency import start_pod
 
+from devland.waiting import eventually
 from resmgr.config import validate_config_text
 from resmgr.configplane.rm_applier import ResourceManagerApplier
 from resmgr.manager.resource_manager import ResourceManager

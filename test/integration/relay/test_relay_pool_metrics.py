@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
 from fixtures.seed_configs import DYNAMIC_POOLS_APP
-from fixtures.waiting import eventually
 from integration.relay.relay_process import RelayProcess
 from prometheus_client.parser import text_string_to_metric_families
+
+from devland.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

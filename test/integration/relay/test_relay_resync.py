@@ -10,9 +10,9 @@ their CPUs. Without such a call, the relay's periodic comparison with the runtim
 
 from __future__ import annotations
 
-from fixtures.waiting import eventually
 from integration.relay.test_relay_concurrency import start_pod
 
+from devland.waiting import eventually
 from resmgr.config import validate_config_text
 from resmgr.manager.resource_manager import ResourceManager
 from resmgr.topology import discover_topology, parse_cpuset

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from fixtures.waiting import eventually
 from integration.relay.relay_process import RelayProcess, metric_value
+
+from devland.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fixtures.hacks import build_executable
 from integration.ship.dockerfile_build import build_dockerfile_images, stage_context
+
+from devland.hacks import build_executable
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from integration.installer.installer_node import node_ro_binds, prepare_node, snapshot
+from integration.installer.installer_node import node_ro_binds, prepare_node
 from integration.installer.node_checks import (
     crictl_via_relay,
     unit_loaded,
@@ -21,6 +21,7 @@ from integration.installer.node_checks import (
     wait_kubelet_on_runtime,
 )
 
+from devland.node_checks import snapshot
 from installer import release
 
 pytestmark = pytest.mark.integration

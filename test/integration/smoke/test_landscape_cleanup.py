@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fixtures.landscape.node import leftover_cgroups, own_cgroup_name, remove_cgroups, shut_down
+
+from devland.node import leftover_cgroups, own_cgroup_name, remove_cgroups, shut_down
 
 HIERARCHIES = [h for h in (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified")) if h.is_dir()]
 

@@ -12,12 +12,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fixtures.procs import Process, free_port
-from fixtures.waiting import wait_until
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from unit.resmgr.cri_requests import create_request, pod_config
 
+from devland.procs import Process, free_port
+from devland.waiting import wait_until
 from extension.webhook_certs import ensure_certs
 from resmgr.model.annotation_budget import RESOURCES_ANNOTATION
 from resmgr.model.resources import container_from_create_request

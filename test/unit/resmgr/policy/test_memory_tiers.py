@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from fixtures.sysfs_builder import TWO_SOCKETS_PMEM, build_sysfs
-from fixtures.waiting import eventually
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed, policy_from_yaml
 from unit.resmgr.rm_driver import Driver
 
+from devland.waiting import eventually
 from resmgr.durations import parse_go_duration
 from resmgr.policy.memory_tiers import (
     ALL,

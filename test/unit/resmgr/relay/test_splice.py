@@ -16,8 +16,8 @@ import h2.connection
 import h2.events
 import pytest
 from cri_api.v1 import api_pb2
-from fixtures.waiting import eventually
 
+from devland.waiting import eventually
 from resmgr.relay.dump import Dumper
 from resmgr.relay.hooks import INTERCEPTED_METHODS, HookResult, NoopHook
 from resmgr.relay.interception import Interceptor

@@ -13,13 +13,13 @@ import json
 import shlex
 import subprocess
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from fixtures.waiting import wait_until  # noqa: F401 - scenarios call shoot_ops.wait_until
+from .kube import Kube
+from .waiting import wait_until  # noqa: F401 - scenarios call shoot_ops.wait_until
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 
 _spec = importlib.util.spec_from_file_location("shoot_extensions", REPO / "hacks" / "shoot_extensions.py")
 shoot_extensions = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
@@ -29,25 +29,6 @@ EXTENSION_TYPE = shoot_extensions.EXTENSION_TYPE
 UNIT = "cri-resource-manager"
 RELAY_ENDPOINT = "unix:///var/run/cri-resmgr/cri-resmgr.sock"
 CONTAINERD_ENDPOINT = "unix:///run/containerd/containerd.sock"
-
-
-@dataclass
-class Kube:
-    """kubectl against one cluster (the garden, or a shoot)."""
-
-    kubectl_path: str
-    kubeconfig: str
-
-    def run(self, *args: str, input: str | None = None, check: bool = True,
-            timeout: float = 120) -> subprocess.CompletedProcess:
-        r = subprocess.run([self.kubectl_path, "--kubeconfig", self.kubeconfig, *args], input=input,
-                           capture_output=True, text=True, timeout=timeout)
-        if check and r.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
-        return r
-
-    def get_json(self, *args: str) -> dict:
-        return json.loads(self.run("get", *args, "-o", "json").stdout)
 
 
 # ----- Shoot spec ---------------------------------------------------------------------------
