@@ -176,3 +176,14 @@ def test_policy_table_is_the_registry() -> None:
     start = text.index("\n", start) + 1
     found = text[start:text.index("<!-- end policy table -->", start)]
     assert found == policy_table(), f"replace the table in docs/usage/policies.md with:\n{policy_table()}"
+
+
+def test_layout_names_every_devland_module() -> None:
+    """docs/development/layout.md's devland/ entry names each of its modules (the package is not in design.md's
+    Layout: it is not shipped)."""
+    text = (ROOT / "docs" / "development" / "layout.md").read_text()
+    entry = text[text.index("\ndevland/"):text.index("\ntest/ ")]
+    named = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", entry))
+    modules = sorted(p.stem for p in (ROOT / "devland").glob("*.py") if p.name != "__init__.py")
+    assert modules
+    assert [m for m in modules if m not in named] == []

@@ -46,7 +46,7 @@ class Side:
     """One node of the pair and the namespace its workloads run in."""
 
     name: str  # "relay" or "direct"
-    node: Any  # fixtures.landscape.node.KubeNode
+    node: Any  # devland.node.KubeNode
     namespace: str
     shoot: shoot_ops.Kube
     ready_since: str = ""  # the Ready condition's lastTransitionTime once the relay is in place

@@ -103,7 +103,7 @@ class SeedClient:
     def give_shoot_access(self, namespace: str) -> None:
         """The test API server is the shoot too: the extension reads its nodes' records through the generic
         token kubeconfig (gardenlet's part) and a filled-in shoot-access token (the token-requestor's part),
-        both played here (fixtures/shoot_access.py), with the ServiceAccount and RBAC of the installation chart."""
+        both played here (devland/shoot_access.py), with the ServiceAccount and RBAC of the installation chart."""
         from devland import shoot_access
         from extension import node_proof
 

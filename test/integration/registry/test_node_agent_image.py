@@ -1,4 +1,4 @@
-"""The gardener-node-agent image of fixtures/landscape/node_agent_image.py along the path node-agent's self-update
+"""The gardener-node-agent image of devland/node_agent_image.py along the path node-agent's self-update
 takes (docs/development/current-gardener.md, "How it updates itself"): pushed into a real docker-registry with
 hacks/registry.py push (skopeo), pulled by a real containerd in namespace ``default`` with the overlayfs
 snapshotter and the hosts of a certs.d directory, and ``/gardener-node-agent`` read back from a mounted
