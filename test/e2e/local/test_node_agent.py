@@ -96,6 +96,29 @@ def installer_pod(shoot, node: str) -> str:
     return pods["items"][0]["metadata"]["name"]
 
 
+def pod_gone(shoot, name: str) -> tuple[bool, str]:
+    """The pod is gone from the API; if not, its phase, deletion mark and container states."""
+    got = shoot.run("get", "pod", name, "-o", "json", check=False)
+    if got.returncode != 0:
+        return True, "gone"
+    pod = json.loads(got.stdout)
+    states = [(c["name"], list(c.get("state", {}))) for c in pod["status"].get("containerStatuses", [])]
+    return False, (f"phase {pod['status'].get('phase')}, deletionTimestamp {pod['metadata'].get('deletionTimestamp')}, "
+                   f"containers {states}")
+
+
+def node_diagnostics(n, pod_uid: str) -> str:
+    """What kubelet, containerd and the relay logged lately: the reason a pod is stuck on this node."""
+    def journal(unit: str, lines: int, grep: str | None = None) -> str:
+        cmd = ["journalctl", "-u", unit, "-n", str(lines), "-o", "short-precise", "--no-pager"]
+        out = n.run(cmd + (["-g", grep] if grep else []), check=False)
+        return f"--- {unit}{f' ({grep})' if grep else ''}:\n{out.stdout[-6000:]}{out.stderr[-500:]}"
+    containers = n.run(["crictl", "--runtime-endpoint", shoot_ops.CONTAINERD_ENDPOINT, "ps", "-a"], check=False)
+    return "\n".join([journal("kubelet.service", 60, pod_uid), journal("kubelet.service", 30),
+                      journal("containerd.service", 40), journal(node_files.UNIT, 40),
+                      f"--- crictl ps -a (containerd):\n{containers.stdout}{containers.stderr[-500:]}"])
+
+
 def test_the_installer_lives_with_gardener_node_agent(target, inside, tmp_path):
     land = inside
     target.create()
@@ -139,8 +162,11 @@ def test_the_installer_lives_with_gardener_node_agent(target, inside, tmp_path):
     wait_until("kubelet on the relay", shoot_ops.installed_check(runner), 120, 1)
     assert pod_state(shoot, "lives-with-node-agent") == before, "a pod was lost or restarted"
     shoot.run("delete", "pod", "lives-with-node-agent", "--wait=false")
-    wait_until("the first pod gone (its CPUs free for the next)", lambda: (
-        shoot.run("get", "pod", "lives-with-node-agent", check=False).returncode != 0, "still there"), 300, 1)
+    try:
+        wait_until("the first pod gone (its CPUs free for the next)",
+                   lambda: pod_gone(shoot, "lives-with-node-agent"), 300, 1)
+    except TimeoutError as err:
+        raise AssertionError(f"{err}\n{node_diagnostics(n, before[0])}") from err
     shoot.run("apply", "-f", "-", input=json.dumps(guaranteed_pod("after-containerd-restart", node.name)))
     pod = wait_pod_running(shoot, "after-containerd-restart")
     mine, _ = exclusive_cpus(node, pod)
