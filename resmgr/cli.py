@@ -19,6 +19,7 @@ from resmgr.configplane import ConfigPlane, ConfigPlaneHandle, start_config_plan
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView
 from resmgr.configplane.hook import AdjustingHook
 from resmgr.configplane.node_resources import NodeResourcesNotice
+from resmgr.configplane.plane import AGENT_SOURCE
 from resmgr.configplane.rm_applier import ResourceManagerApplier
 from resmgr.logsetup import parse_debug_modules, set_debug_modules, setup_logging
 from resmgr.manager.cache import CacheError, reset_cache
@@ -218,7 +219,9 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
             runner.rm = rm
             applier = ResourceManagerApplier(rm, lambda updates, why: relay.interceptor.apply_updates(updates, why),
                                              runner.config_applied)
-            runner.plane = start_config_plane(args, applier, initial_source=rm.config_source)
+            runner.plane = start_config_plane(
+                args, applier, initial_source=rm.config_source,
+                on_agent_refused=lambda _error: metrics.config_errors.labels(AGENT_SOURCE).inc())
             hook.plane = runner.plane.plane
             rebalancer = Rebalancer(rm, lambda updates, why: relay.interceptor.apply_updates(updates, why),
                                     args.rebalance_interval).start()

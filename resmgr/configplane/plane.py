@@ -22,7 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,6 +37,8 @@ from resmgr.configplane.adjustments import (
 )
 
 log = logging.getLogger("resmgr.configplane")
+
+AGENT_SOURCE = "agent"  # the source label of agent configs cri-resmgr refused (cri_resmgr_config_errors_total)
 
 
 class ConfigApplier(Protocol):
@@ -85,8 +87,12 @@ class ConfigPlane:
     """Validates and applies configuration coming from the agent or the forced file."""
 
     def __init__(self, applier: ConfigApplier, *, node_name: str = "", force_config: str | None = None,
-                 agent_disabled: bool = False, initial_source: str = "") -> None:
+                 agent_disabled: bool = False, initial_source: str = "",
+                 on_agent_refused: Callable[[str], None] | None = None) -> None:
         self.applier = applier
+        # Told the reason of each agent config this node could not use (the metrics count them); not of the
+        # refusals while the agent is disabled: those are the operator's choice, not a broken config.
+        self.on_agent_refused = on_agent_refused
         self.node_name = node_name
         self.force_config = force_config
         self.agent_disabled = agent_disabled or bool(force_config)
@@ -108,11 +114,11 @@ class ConfigPlane:
         source = source or "agent"
         with self._lock:
             error = self._check_node(node_name)
-            if not error and self.agent_disabled:
-                why = f"--force-config {self.force_config}" if self.force_config else "--disable-agent"
-                error = f"{AGENT_DISABLED} ({why} is in effect)"
             if error:
-                return self._rejected(error, source)
+                return self._agent_refused(self._rejected(error, source))
+            if self.agent_disabled:
+                why = f"--force-config {self.force_config}" if self.force_config else "--disable-agent"
+                return self._rejected(f"{AGENT_DISABLED} ({why} is in effect)", source)
             digest = sections_digest(sections)
             if digest == self.status.digest:
                 log.info("config from %s is identical to the active one; nothing to apply", source)
@@ -121,8 +127,13 @@ class ConfigPlane:
             try:
                 config = validate_config_sections(dict(sections), source=source)
             except ConfigError as exc:
-                return self._rejected(str(exc), source)
-            return self._apply(config, source, digest, forced=False)
+                return self._agent_refused(self._rejected(str(exc), source))
+            return self._agent_refused(self._apply(config, source, digest, forced=False))
+
+    def _agent_refused(self, error: str) -> str:
+        if error and self.on_agent_refused is not None:
+            self.on_agent_refused(error)
+        return error
 
     def reload_force_config(self) -> str:
         """SIGHUP: re-read and apply ``--force-config``. Returns "" on success or why the old config stays."""

@@ -250,8 +250,9 @@ class RelayMetrics:
                                             "Sum of the CPU requests of the containers in each pool (or balloon), "
                                             "in CPUs", ["policy", "pool"], self.registry)
         self.config_errors = Counter("cri_resmgr_config_errors",
-                                     "Configs refused at startup or on SIGHUP; the relay kept running on the last "
-                                     "good config or policy none, by source (force-config, fallback-config)",
+                                     "Configs refused at startup, on SIGHUP or from the agent; the relay kept "
+                                     "running on the last good config or policy none, by source (force-config, "
+                                     "fallback-config, agent)",
                                      ["source"], self.registry)
         self.controller_failures = CallbackGauge(
             "cri_resmgr_controller_failures",

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from extension import alerts
 from extension.monitoring import JOB_NAME, objects, scrape_config
 from resmgr.config.files import FALLBACK, FORCE
+from resmgr.configplane.plane import AGENT_SOURCE
 from resmgr.relay.metrics import RelayMetrics
 
 pytestmark = pytest.mark.integration
@@ -129,6 +130,10 @@ CASES: dict[str, list[dict[str, Any]]] = {
         # refused on SIGHUP hours after an earlier refusal
         case("CriResmgrConfigRefused", {relay_series(lambda m: m.config_errors.labels(FALLBACK).inc()): "1x180 2x30"},
              "190m", [expected("CriResmgrConfigRefused", node=NODE, source=FALLBACK)]),
+        # a ConfigMap the node could not apply, pushed by the agent
+        case("CriResmgrConfigRefused",
+             {relay_series(lambda m: m.config_errors.labels(AGENT_SOURCE).inc()): "_x30 1x10 2x10"},
+             "50m", [expected("CriResmgrConfigRefused", node=NODE, source=AGENT_SOURCE)]),
         # the last refusal is more than an hour old
         case("CriResmgrConfigRefused", {relay_series(lambda m: m.config_errors.labels(FORCE).inc()): "1x180"},
              "150m", []),
