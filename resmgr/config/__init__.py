@@ -22,7 +22,8 @@ import yaml
 
 from resmgr.config.constraints import CpuConstraint, parse_cpu_constraint, parse_cpu_quantity, parse_memory_quantity
 from resmgr.config.errors import ConfigError
-from resmgr.config.schema import MAX_DEPTH, MAX_NODES, POLICY_NAMES, check, ignored_summary, unknown_summary
+from resmgr.config.schema import POLICY_NAMES, check
+from resmgr.config.validation import MAX_DEPTH, MAX_NODES, ignored_summary, unknown_summary
 
 __all__ = [
     "MAX_CONFIG_BYTES",
