@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from resmgr.config.constraints import parse_cpu_constraint
+from resmgr.config.dump_rules import parse_dump_rules
 from resmgr.config.errors import ConfigError
 from resmgr.config.pool_sizes import parse_instances, parse_pool_cpus
 from resmgr.config.validation import (
@@ -327,8 +328,12 @@ LOGGER = Struct({
     "Klog": Ignored(Struct({flag: _SCALAR for flag in KLOG_FLAGS}), NO_KLOG),
 })
 
+def _check_dump_rules(text: str) -> None:
+    parse_dump_rules(text)  # DumpConfigError (a ValueError) names the rule
+
+
 DUMP = Struct({
-    "Config": Str(),
+    "Config": Str(check=_check_dump_rules),
     "File": Str(),
     "Debug": Ignored(Bool(), "dumps are always logged at info level"),
     "Disabled": Ignored(Bool(), NOT_APPLIED),
