@@ -7,7 +7,8 @@
 ``Config`` is a comma-separated list of ``LEVEL:REGEXP`` rules; a rule's regexp must match the
 whole method name (``CreateContainer``, ``PullImage``), and the last matching rule wins.
 ``full`` dumps complete request and response messages, ``short`` one-line summaries, ``off``
-nothing. Entries go to the ``resmgr.dump`` logger and, if ``File`` is set, as JSON lines to
+nothing (the schema parses the rules, ``resmgr.config.dump_rules``; the dumper applies the
+parsed ``DumpConfig``). Entries go to the ``resmgr.dump`` logger and, if ``File`` is set, as JSON lines to
 that file. With policy ``none`` this makes the relay a pure CRI message dumper.
 
 The file is the relay's own (it runs as root): it always lies in ``<relay dir>/dump/`` (a
