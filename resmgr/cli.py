@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from resmgr import __version__
-from resmgr.config import ConfigError
+from resmgr.config import ConfigError, ConfigSections
 from resmgr.config.files import FORCE, StartupConfigs, choose_config
 from resmgr.configplane import ConfigPlane, ConfigPlaneHandle, start_config_plane
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView
@@ -31,7 +31,7 @@ from resmgr.relay.dump import Dumper
 from resmgr.relay.hooks import ResourceManagerHook
 from resmgr.relay.metrics import RelayMetrics, start_metrics_servers
 from resmgr.relay.server import Relay
-from resmgr.relay.settings import RelaySettings, SettingsError, settings_from_config
+from resmgr.relay.settings import RelaySettings, relay_settings
 from resmgr.relay.startup import ConfigNotice, StartupError, load_startup_files, without_unfit_files
 from resmgr.rpc.sockets import SocketInUse
 from resmgr.topology import TopologyError, discover_topology
@@ -67,16 +67,13 @@ class _HookApplier:
     """The ConfigApplier of a relay whose hook is not the resource manager (``hook_factory``, tests): the
     relay's own sections apply, and the config goes to the hook's optional ``reconfigure`` entry."""
 
-    def __init__(self, relay: Relay, on_applied: Callable[[dict[str, Any], str], None]) -> None:
+    def __init__(self, relay: Relay, on_applied: Callable[[ConfigSections, str], None]) -> None:
         self.relay = relay
         self.on_applied = on_applied
 
-    def apply_config(self, config: dict[str, Any], source: str, *, forced: bool = False) -> str | None:
-        try:
-            self.on_applied(config, source)
-        except SettingsError as err:
-            return str(err)
-        self.relay.reconfigure_hook(config)
+    def apply_config(self, config: ConfigSections, source: str, *, forced: bool = False) -> str | None:
+        self.on_applied(config, source)
+        self.relay.reconfigure_hook(config.raw)
         return None
 
     def list_containers(self) -> list[ContainerView]:
@@ -127,16 +124,16 @@ class _Runner:
                 self.reload.clear()
                 self.reload_config()
 
-    def apply_relay_sections(self, config: dict[str, Any], source: str) -> None:
+    def apply_relay_sections(self, config: ConfigSections, source: str) -> None:
         """Apply the relay's own sections (dump, logger) of a config that became active."""
-        settings = settings_from_config(config, source)
+        settings = relay_settings(config)
         self.notice.set(None)  # a config works again: nothing runs without the config it was given
         self.relay.dumper.reconfigure(settings.dump)
         set_debug_modules(parse_debug_modules(self.args.debug) + settings.debug_modules,
                           root_package="resmgr", base_level=self.args.log_level)
         self.settings = settings
 
-    def config_applied(self, config: dict[str, Any], source: str) -> None:
+    def config_applied(self, config: ConfigSections, source: str) -> None:
         """A config became active: the relay's own sections, and what its policy publishes on the node."""
         self.apply_relay_sections(config, source)
         if self.rm is not None:
@@ -175,16 +172,16 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     try:
         # The files are read once, here, and checked first: a bad file is reported with its path before
         # any state is touched, and set aside, so kubelet's runtime never goes down for a config.
-        files, problems = load_startup_files(args.force_config, args.fallback_config,
-                                             lambda file: settings_from_config(file.config, file.path))
+        files, problems = load_startup_files(args.force_config, args.fallback_config)
         if hook_factory is None:
             rm, files = without_unfit_files(lambda f: build_resource_manager(args, f), files, problems)
             config, source = rm.config, rm.config_source  # precedence decided there, with the cache
         else:
             config, source = choose_config(force=files.force_config, fallback=files.fallback_config)
         source = files.describe(source)
-        settings = settings_from_config(config, source)
-    except (SettingsError, ConfigError, TopologyError, CacheError) as err:
+        # The config the manager chose was checked when it was read (a file, the cache): only typed here.
+        settings = relay_settings(ConfigSections.of(config))
+    except (ConfigError, TopologyError, CacheError) as err:
         sys.stderr.write(f"cri-resmgr: {err}\n")
         return 2
     for problem in problems:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from resmgr.config import ConfigError, validate_config_sections
+from resmgr.config import ConfigError, ConfigSections, check_config_sections, report_findings
 from resmgr.config.errors import AGENT_DISABLED
 from resmgr.config.files import read_config_file
 from resmgr.configplane.adjustments import (
@@ -44,8 +44,9 @@ AGENT_SOURCE = "agent"  # the source label of agent configs cri-resmgr refused (
 class ConfigApplier(Protocol):
     """Implemented by the relay/resource manager."""
 
-    def apply_config(self, config: dict[str, Any], source: str, *, forced: bool = False) -> str | None:
-        """Make ``config`` (validated, normalised) active; return None, or why it was rejected.
+    def apply_config(self, config: ConfigSections, source: str, *, forced: bool = False) -> str | None:
+        """Make ``config`` (checked by the schema, typed; ``config.raw`` is the normalised mapping) active;
+        return None, or why it was rejected.
 
         ``forced`` is set when the config is the re-read ``--force-config`` file.
         A rejected config must leave the previous one fully in effect.
@@ -125,10 +126,10 @@ class ConfigPlane:
                 self.status.source = source
                 return ""
             try:
-                config = validate_config_sections(dict(sections), source=source)
+                checked = report_findings(check_config_sections(dict(sections), source=source), source)
             except ConfigError as exc:
                 return self._agent_refused(self._rejected(str(exc), source))
-            return self._agent_refused(self._apply(config, source, digest, forced=False))
+            return self._agent_refused(self._apply(checked.sections, source, digest, forced=False))
 
     def _agent_refused(self, error: str) -> str:
         if error and self.on_agent_refused is not None:
@@ -145,9 +146,9 @@ class ConfigPlane:
                 file = read_config_file(path)
             except ConfigError as exc:
                 return self._rejected(str(exc), path)
-            return self._apply(file.config, path, file.digest, forced=True)
+            return self._apply(file.sections, path, file.digest, forced=True)
 
-    def _apply(self, config: dict[str, Any], source: str, digest: str, *, forced: bool) -> str:
+    def _apply(self, config: ConfigSections, source: str, digest: str, *, forced: bool) -> str:
         try:
             error = self.applier.apply_config(config, source, forced=forced)
         except Exception as exc:  # the applier must not take the config socket down with it

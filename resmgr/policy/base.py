@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from resmgr.config import ConfigError, parse_cpu_constraint
+from resmgr.config.sections import PolicySection
 from resmgr.model.resources import KUBE_SYSTEM, ContainerInfo
 from resmgr.policy.cpu_allocator import take_cpus
 from resmgr.topology.cgroup_cpuset import CgroupCpusetError, read_cgroup_cpuset
@@ -51,13 +52,12 @@ def _constraint_cpus(value: str, field: str, topology: Topology, sysfs_root: Pat
     return c
 
 
-def resolve_cpu_resources(config: dict[str, Any], topology: Topology, *,
+def resolve_cpu_resources(policy: PolicySection, topology: Topology, *,
                           sysfs_root: Path | str = "/", default_reserved: int = 1) -> CpuResources:
     """Resolve the policy section's CPU constraints on this topology; raises ConfigError."""
-    policy = config.get("policy", {})
     online = topology.online
     available = online
-    avail_text = policy.get("AvailableResources", {}).get("cpu")
+    avail_text = policy.available.get("cpu")
     field_a = "policy.AvailableResources.cpu"
     if avail_text is not None:
         a = _constraint_cpus(avail_text, field_a, topology, Path(sysfs_root))
@@ -76,7 +76,7 @@ def resolve_cpu_resources(config: dict[str, Any], topology: Topology, *,
             if count < 1:
                 raise ConfigError(field_a, "at least one CPU must be available")
             available = take_cpus(topology, online, count)
-    resv_text = policy.get("ReservedResources", {}).get("cpu")
+    resv_text = policy.reserved.get("cpu")
     field_r = "policy.ReservedResources.cpu"
     if resv_text is None:
         milli = min(default_reserved, len(available)) * 1000
@@ -209,13 +209,16 @@ class Policy:
     wants_usage: ClassVar[bool] = False  # rebalance() takes measured CPU usage (the relay samples it)
 
     topology: Topology
-    config: dict[str, Any]
+    config: dict[str, Any]  # the schema-checked mapping (the manager keeps and caches it)
     sysfs_root: str = "/"
     containers: dict[str, ContainerInfo] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
     members: dict[str, set[str]] = field(default_factory=dict)  # group -> container ids
+    # The typed ``policy`` section of ``config``: what setup() reads its options from.
+    policy_config: PolicySection = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.policy_config = PolicySection.of(self.config.get("policy", {}))
         self.setup()
 
     # -- PolicyHooks defaults ----------------------------------------------------

@@ -22,7 +22,6 @@ from resmgr.topology.cpuset import format_cpuset
 
 log = logging.getLogger("resmgr.metrics")
 
-DEFAULT_METRICS_ADDRESS = ":8891"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # CRI calls are sub-millisecond to seconds (image pulls, container stops).

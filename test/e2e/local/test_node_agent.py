@@ -107,15 +107,14 @@ def pod_gone(shoot, name: str) -> tuple[bool, str]:
                    f"containers {states}")
 
 
-def node_diagnostics(n, pod_uid: str) -> str:
+def node_diagnostics(node, pod_uid: str) -> str:
     """What kubelet, containerd and the relay logged lately: the reason a pod is stuck on this node."""
-    def journal(unit: str, lines: int, grep: str | None = None) -> str:
-        cmd = ["journalctl", "-u", unit, "-n", str(lines), "-o", "short-precise", "--no-pager"]
-        out = n.run(cmd + (["-g", grep] if grep else []), check=False)
-        return f"--- {unit}{f' ({grep})' if grep else ''}:\n{out.stdout[-6000:]}{out.stderr[-500:]}"
-    containers = n.run(["crictl", "--runtime-endpoint", shoot_ops.CONTAINERD_ENDPOINT, "ps", "-a"], check=False)
-    return "\n".join([journal("kubelet.service", 60, pod_uid), journal("kubelet.service", 30),
-                      journal("containerd.service", 40), journal(node_files.UNIT, 40),
+    containers = node.node.run(["crictl", "--runtime-endpoint", shoot_ops.CONTAINERD_ENDPOINT, "ps", "-a"],
+                               check=False)
+    logs = (("kubelet.service", 60, pod_uid), ("kubelet.service", 30, None), ("containerd.service", 40, None),
+            (node_files.UNIT, 40, None))
+    return "\n".join([*(f"--- {unit}{f' ({grep})' if grep else ''}:\n{node.journal(unit, lines, grep)}"
+                        for unit, lines, grep in logs),
                       f"--- crictl ps -a (containerd):\n{containers.stdout}{containers.stderr[-500:]}"])
 
 
@@ -166,7 +165,7 @@ def test_the_installer_lives_with_gardener_node_agent(target, inside, tmp_path):
         wait_until("the first pod gone (its CPUs free for the next)",
                    lambda: pod_gone(shoot, "lives-with-node-agent"), 300, 1)
     except TimeoutError as err:
-        raise AssertionError(f"{err}\n{node_diagnostics(n, before[0])}") from err
+        raise AssertionError(f"{err}\n{node_diagnostics(node, before[0])}") from err
     shoot.run("apply", "-f", "-", input=json.dumps(guaranteed_pod("after-containerd-restart", node.name)))
     pod = wait_pod_running(shoot, "after-containerd-restart")
     mine, _ = exclusive_cpus(node, pod)

@@ -240,7 +240,7 @@ def test_upstream_samples_apply_with_memory_tiers(name: str, alias: str, topolog
     p.allocate("plain", burstable("plain", 500))
     p.allocate("pm", guaranteed("pm", 2000, annotations={f"{MT}/pod": "pmem"}))
     plain, pm = p.placement("plain")[1], p.placement("pm")[1]
-    if p.opts["PinMemory"]:
+    if p.opts.pin_memory:
         assert plain and plain <= set(range(8)) and plain & {4, 5, 6, 7}  # DRAM + PMEM by default
         assert pm and pm <= {4, 5, 6, 7}
     else:
