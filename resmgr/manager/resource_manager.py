@@ -101,6 +101,11 @@ class PendingResize:
     mutation: int = 0
 
 
+def _confirmed(cid: str) -> bool:
+    """Whether ``cid`` is a runtime's container id, not a pending reservation's key."""
+    return not cid.startswith(PENDING_PREFIX)
+
+
 def _same_resources(a: ContainerInfo, b: ContainerInfo) -> bool:
     return all(getattr(a, f) == getattr(b, f) for f in ("request_milli", "limit_milli", "memory_limit", "qos"))
 
@@ -225,8 +230,7 @@ class ResourceManager:
                 self._unsynced.add(cid)
 
     def _reallocate_all(self, stopped: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-        self.policy.containers.clear()
-        self.policy.grants.clear()
+        self.policy.state.clear()  # the manager's own state object, handed to the policy
         for cid, c in self.containers.items():
             if cid not in stopped:
                 self.policy.allocate(cid, c)
@@ -234,9 +238,7 @@ class ResourceManager:
 
     def save(self) -> None:
         """Persist pods, containers, the policy's grants and the cached config (``CacheEncoder``)."""
-        extra = self.policy.export_extra()
-        for b in extra.get("balloons", []):
-            b["members"] = {k: v for k, v in b.get("members", {}).items() if not k.startswith(PENDING_PREFIX)}
+        extra = self.policy.export_cached(_confirmed)
         # Stopped containers stay known (a resync sees them exited) but hold nothing: a restore must not
         # allocate them again, or it moves the others (a balloon would grow for a stopped member).
         stopped = [cid for cid in self.containers if cid not in self.policy.containers]
@@ -266,16 +268,14 @@ class ResourceManager:
             self._sync_timers()
 
     def _sync_timers(self) -> None:
-        cold_starts = getattr(self.policy, "cold_starts", None)
-        if self._send_updates is None or cold_starts is None:
+        if self._send_updates is None:
             return
-        self._cold_timers.sync({cid: due for cid, due in cold_starts().items() if not cid.startswith(PENDING_PREFIX)})
+        self._cold_timers.sync({cid: due for cid, due in self.policy.cold_starts().items() if _confirmed(cid)})
 
     def finish_cold_start(self, cid: str) -> list[ContainerUpdate]:
         """End a container's cold start: the update that widens its memory to its types (none if not cold)."""
         with self._lock:
-            finish = getattr(self.policy, "finish_cold_start", None)
-            if finish is None or cid.startswith(PENDING_PREFIX) or not finish(cid):
+            if not _confirmed(cid) or not self.policy.finish_cold_start(cid):
                 return []
             self._mutations += 1
             self.save()
@@ -791,8 +791,7 @@ class ResourceManager:
                     policy.allocate(cid, c)
         except RestoreError as exc:
             log.info("allocations do not fit the new config (%s); re-allocating", exc)
-            policy.containers.clear()
-            policy.grants.clear()
+            policy.state.clear()
             for cid, c in live.items():
                 policy.allocate(cid, c)
 
