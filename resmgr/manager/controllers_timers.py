@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from resmgr.manager.placement_diff import diff_groups, fmt_cpus
 from resmgr.manager.state import (
     ManagerState,
-    UpdateSender,
     confirmed,
 )
 from resmgr.relay.hooks import ContainerUpdate
@@ -20,14 +19,13 @@ log = logging.getLogger("resmgr.resource-manager")
 class ControllersTimers(ManagerState):
     """Cold-start timers, rebalancing by CPU usage, container classes."""
 
-    def set_update_sender(self, send: UpdateSender) -> None:
-        """Where updates that no CRI call carries go (the relay's ``apply_updates``); arms pending timers."""
+    def _arm_timers(self) -> None:
+        """The outbox is bound: cold starts' updates can go out, so their timers arm."""
         with self._lock:
-            self._send_updates = send
             self._sync_timers()
 
     def _sync_timers(self) -> None:
-        if self._send_updates is None:
+        if not self.outbox.bound:
             return
         self._cold_timers.sync({cid: due for cid, due in self.policy.cold_starts().items() if confirmed(cid)})
 
@@ -43,10 +41,7 @@ class ControllersTimers(ManagerState):
             return self._number([ContainerUpdate(cid, fmt_cpus(cpus), fmt_cpus(mems), reason="cold start done")])
 
     def _cold_start_due(self, cid: str) -> None:
-        updates = self.finish_cold_start(cid)
-        send = self._send_updates
-        if updates and send is not None:
-            send(updates, "ColdStartDone")
+        self.outbox(self.finish_cold_start(cid), "ColdStartDone")
 
     def rebalance(self, usage: Mapping[str, int]) -> list[ContainerUpdate]:
         """Hand measured CPU usage (container id -> milli-CPU) to the policy; updates for whom it moved."""

@@ -38,10 +38,11 @@ from resmgr.manager.cache import Cache, CacheEncoder
 from resmgr.manager.controllers_timers import ControllersTimers
 from resmgr.manager.deadline_timers import DeadlineTimers
 from resmgr.manager.decisions import CriDecisions
+from resmgr.manager.outbox import UpdateOutbox
 from resmgr.manager.placement_diff import PENDING_PREFIX
 from resmgr.manager.reconfiguration import Reconfiguration
 from resmgr.manager.resync import Resync
-from resmgr.manager.state import PendingCreate, PendingResize, RePlaced, Resize, UpdateSender
+from resmgr.manager.state import PendingCreate, PendingResize, RePlaced, Resize
 from resmgr.model.resources import (
     ContainerInfo,
     PodInfo,
@@ -62,7 +63,7 @@ class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers):
                  fallback_config: dict[str, Any] | None = None, force_config: dict[str, Any] | None = None,
                  disable_policy_switch: bool = False, sysfs_root: str = "/", cache_fsync: bool = True,
                  background_save: bool = False, cgroup_root: str | Path = "/sys/fs/cgroup",
-                 resctrl_root: str | Path = "/sys/fs/resctrl") -> None:
+                 resctrl_root: str | Path = "/sys/fs/resctrl", outbox: UpdateOutbox | None = None) -> None:
         self.topology = topology
         self.sysfs_root = sysfs_root
         # CPU classes, RDT and block I/O beside the policy (resmgr.control); classes from Adjustments by id.
@@ -80,8 +81,9 @@ class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers):
         self._decisions = count(1)  # numbers every decision's updates (ContainerUpdate.seq)
         self._mutations = 0  # bumped whenever policy state changes: tells whether an undo can be exact
         self._resync_wanted = False
-        # Cold starts end on timers; their updates go out through the relay's sender (set_update_sender).
-        self._send_updates: UpdateSender | None = None
+        # Updates no hook call returns (cold starts on timers, rebalancing, configs, Adjustments) go out here;
+        # cold-start timers arm once it is bound to the relay.
+        self.outbox = outbox if outbox is not None else UpdateOutbox()
         self._cold_timers = DeadlineTimers(self._cold_start_due)
         data = self.cache.load()
         if data.config is not None:
@@ -118,6 +120,7 @@ class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers):
         self.save()
         self.controllers.configure(self.config, strict=False)
         self._sync_cpu_classes()
+        self.outbox.when_bound(self._arm_timers)
         log.info("resource manager ready: policy %s (config from %s) on %s", self.policy.name, source,
                  topology.describe())
 

@@ -13,6 +13,7 @@ from typing import Any
 from resmgr.control.controllers import Controllers
 from resmgr.manager.cache import Cache, CacheEncoder
 from resmgr.manager.deadline_timers import DeadlineTimers
+from resmgr.manager.outbox import UpdateOutbox
 from resmgr.manager.placement_diff import PENDING_PREFIX, diff_groups, fmt_cpus
 from resmgr.model.resources import (
     ContainerInfo,
@@ -33,7 +34,6 @@ STOPPED_KEY = "stopped_containers"
 
 
 Resize = Callable[[ContainerInfo], ContainerInfo]
-UpdateSender = Callable[[list[ContainerUpdate], str], None]
 
 
 @dataclass
@@ -99,6 +99,7 @@ class ManagerState:
     _encoder: CacheEncoder
     _seq: Iterator[int]
     _cold_timers: DeadlineTimers
+    outbox: UpdateOutbox  # where updates no hook call returns go
 
     def _number(self, updates: list[ContainerUpdate], *also: ContainerUpdate | None) -> list[ContainerUpdate]:
         """Give a decision's updates its number (ResourceManager)."""
