@@ -24,6 +24,11 @@ class ControllersTimers(ManagerState):
         with self._lock:
             self._sync_timers()
 
+    def _follow_policy(self) -> None:
+        """After every decision: cold-start timers and CPU classes follow what the policy holds now."""
+        self._sync_timers()
+        self._sync_cpu_classes()
+
     def _sync_timers(self) -> None:
         if not self.outbox.bound:
             return
@@ -38,7 +43,7 @@ class ControllersTimers(ManagerState):
             self.save()
             cpus, mems = self.policy.placement(cid)
             log.info("cold start of %s done: memory nodes %s", cid, fmt_cpus(mems))
-            return self._number([ContainerUpdate(cid, fmt_cpus(cpus), fmt_cpus(mems), reason="cold start done")])
+            return self._decided([ContainerUpdate(cid, fmt_cpus(cpus), fmt_cpus(mems), reason="cold start done")])
 
     def _cold_start_due(self, cid: str) -> None:
         self.outbox(self.finish_cold_start(cid), "ColdStartDone")
@@ -53,7 +58,7 @@ class ControllersTimers(ManagerState):
                 return []
             self._mutations += 1
             self.save()
-            return self._number(diff_groups(self.policy, old, reason="pools resized by CPU usage"))
+            return self._decided(diff_groups(self.policy, old, reason="pools resized by CPU usage"))
 
     def _apply_container_classes(self, cid: str) -> dict[str, str]:
         """Put a started container into its RDT and block I/O classes (never raises: logged and counted)."""

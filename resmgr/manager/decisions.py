@@ -43,22 +43,22 @@ class CriDecisions(ManagerState):
                 result = HookResult(request=new_request, updates=updates, call=call, placed=placed)
             else:
                 return HookResult()
-            self._number(result.updates, result.placed)
+            self._decided(result.updates, result.placed)
             return result
 
     def after(self, method: str, request: Message, response: Message, call: object = None) -> list[ContainerUpdate]:
         with self._lock:
-            return self._number(self._after(method, request, response, call))
+            return self._decided(self._after(method, request, response, call))
 
     def failed(self, method: str, request: Message, call: object = None) -> list[ContainerUpdate]:
         """The runtime failed the call: give back what ``before`` reserved for it."""
         with self._lock:
             if method == "CreateContainer":
                 record = self._create_record(call)
-                return self._number(self._drop_failed_create(record) if record is not None else [])
+                return self._decided(self._drop_failed_create(record) if record is not None else [])
             if method == "UpdateContainerResources":
                 resize = self._resize_record(call, request)
-                return self._number(self._undo_refused_resize(resize) if resize is not None else [])
+                return self._decided(self._undo_refused_resize(resize) if resize is not None else [])
             return []
 
     def _after(self, method: str, request: Message, response: Message, call: object) -> list[ContainerUpdate]:

@@ -75,12 +75,12 @@ class Reconfiguration(ManagerState):
             if self.forced:
                 raise ConfigError("<document>", "a forced config (--force-config) is in effect; "
                                                 "configuration updates are ignored", source=source)
-            return self._number(self._apply(config, source))
+            return self._decided(self._apply(config, source))
 
     def reconfigure(self, config: dict[str, Any], source: str = FORCE) -> list[ContainerUpdate]:
         """SIGHUP: apply the re-read ``--force-config`` (same rules as set_config, never refused as forced)."""
         with self._lock:
-            return self._number(self._apply(config, source))
+            return self._decided(self._apply(config, source))
 
     def _apply(self, config: dict[str, Any], source: str) -> list[ContainerUpdate]:
         wanted = active_policy_name(config)
@@ -157,5 +157,5 @@ class Reconfiguration(ManagerState):
             if changed:
                 self._mutations += 1
                 self.save()
-            result.updates = self._number(diff_placements(old, self.policy.placements(), reason=reason))
+            result.updates = self._decided(diff_placements(old, self.policy.placements(), reason=reason))
         return result

@@ -129,10 +129,10 @@ class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers):
         self._cold_timers.cancel_all()
         self.cache.close()
 
-    def _number(self, updates: list[ContainerUpdate], *also: ContainerUpdate | None) -> list[ContainerUpdate]:
-        """Give this decision's updates the next decision number, so that newer ones win (resmgr.relay.update_order)."""
-        self._sync_timers()
-        self._sync_cpu_classes()  # every decision ends here: the CPU classes follow the policy's CPUs
+    def _decided(self, updates: list[ContainerUpdate], *also: ContainerUpdate | None) -> list[ContainerUpdate]:
+        """End a decision: what follows the policy catches up (``_follow_policy``), and its updates get the next
+        decision number, so that newer ones win (resmgr.relay.update_order)."""
+        self._follow_policy()
         seq = next(self._decisions)
         for u in (*updates, *also):
             if u is not None:

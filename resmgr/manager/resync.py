@@ -81,7 +81,7 @@ class Resync(ManagerState):
                 c = self.containers[cid]
                 log.info("container %s (%s/%s/%s) exited: releasing its resources", cid, c.namespace, c.pod_name,
                          c.name)
-            return self._number(self._release(released, forget=False, reason="container exited"))
+            return self._decided(self._release(released, forget=False, reason="container exited"))
 
     def request_resync(self, reason: str) -> None:
         """Resync with the runtime at the next chance (the relay then lists it and calls ``sync_with_runtime``)."""
@@ -169,4 +169,4 @@ class Resync(ManagerState):
                     updates.append(ContainerUpdate(cid, want_c, want_m, reason="cgroup disagrees with policy"))
             self._mutations += 1
             self.save()
-            return self._number(updates)
+            return self._decided(updates)

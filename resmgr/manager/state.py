@@ -101,8 +101,8 @@ class ManagerState:
     _cold_timers: DeadlineTimers
     outbox: UpdateOutbox  # where updates no hook call returns go
 
-    def _number(self, updates: list[ContainerUpdate], *also: ContainerUpdate | None) -> list[ContainerUpdate]:
-        """Give a decision's updates its number (ResourceManager)."""
+    def _decided(self, updates: list[ContainerUpdate], *also: ContainerUpdate | None) -> list[ContainerUpdate]:
+        """End a decision: number its updates (ResourceManager)."""
         raise NotImplementedError
 
     def _apply_container_classes(self, cid: str) -> dict[str, str]:
