@@ -388,6 +388,12 @@ class BalloonsPolicy(PooledPolicy):
             extra[LEFT_ALONE_KEY] = sorted(self._left_alone)
         return extra
 
+    def export_cached(self, keep: Callable[[str], bool]) -> dict[str, Any]:
+        extra = self.export_extra()
+        for b in extra["balloons"]:
+            b["members"] = {cid: v for cid, v in b["members"].items() if keep(cid)}
+        return extra
+
     def restore_extra(self, data: dict[str, Any]) -> None:
         cached = data.get(OPTIONS_KEY)
         if cached is not None and cached != self._options_key:

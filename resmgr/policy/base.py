@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -11,6 +12,7 @@ from typing import Any, ClassVar, Protocol
 from resmgr.config import ConfigError, parse_cpu_constraint
 from resmgr.config.sections import PolicySection
 from resmgr.model.resources import KUBE_SYSTEM, ContainerInfo
+from resmgr.model.state import PolicyState
 from resmgr.policy.cpu_allocator import take_cpus
 from resmgr.topology.cgroup_cpuset import CgroupCpusetError, read_cgroup_cpuset
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
@@ -211,8 +213,7 @@ class Policy:
     topology: Topology
     config: dict[str, Any]  # the schema-checked mapping (the manager keeps and caches it)
     sysfs_root: str = "/"
-    containers: dict[str, ContainerInfo] = field(default_factory=dict)
-    grants: dict[str, Grant] = field(default_factory=dict)
+    state: PolicyState = field(default_factory=PolicyState)  # the resource manager's; placements live there
     members: dict[str, set[str]] = field(default_factory=dict)  # group -> container ids
     # The typed ``policy`` section of ``config``: what setup() reads its options from.
     policy_config: PolicySection = field(init=False, repr=False)
@@ -220,6 +221,16 @@ class Policy:
     def __post_init__(self) -> None:
         self.policy_config = PolicySection.of(self.config.get("policy", {}))
         self.setup()
+
+    @property
+    def containers(self) -> dict[str, ContainerInfo]:
+        """The containers placed, by id (``state``'s)."""
+        return self.state.containers
+
+    @property
+    def grants(self) -> dict[str, Grant]:
+        """Their grants, by container id (``state``'s)."""
+        return self.state.grants
 
     # -- PolicyHooks defaults ----------------------------------------------------
     def setup(self) -> None:
@@ -237,6 +248,19 @@ class Policy:
 
     def export_extra(self) -> dict[str, Any]:
         return {}
+
+    def export_cached(self, keep: Callable[[str], bool]) -> dict[str, Any]:
+        """``export_extra`` for the cache: containers ``keep`` refuses (reservations the runtime never confirmed)
+        left out of it where it names containers; by default unchanged."""
+        return self.export_extra()
+
+    def cold_starts(self) -> dict[str, float]:
+        """Container id -> when its cold start ends (time.time()); the resource manager runs the timers."""
+        return {}
+
+    def finish_cold_start(self, cid: str) -> bool:
+        """End ``cid``'s cold start now; True if it was in one (its placement changed)."""
+        return False
 
     def create_edits(self, cid: str) -> ContainerEdits | None:
         """Env/command changes for the container being created (static-pools' CMK variables); None: none."""
@@ -344,8 +368,7 @@ class Policy:
         unknown = set(grants) - set(containers)
         if unknown:
             grants = {cid: g for cid, g in grants.items() if cid in containers}
-        self.containers = dict(containers)
-        self.grants = grants
+        self.state.replace(containers, grants)
         owned: set[int] = set()
         for cid, g in grants.items():
             if g.exclusive & owned:

@@ -201,7 +201,7 @@ def test_resource_manager_sends_the_update_when_the_cold_start_ends(tmp_path: Pa
     assert cid is not None
     mems = parse_cpuset(d.runtime_view()[cid][1])
     assert len(mems) == 1 and mems <= {4, 5, 6, 7}  # created on PMEM only
-    d.rm.set_update_sender(lambda updates, why: sent.extend(updates))
+    d.rm.outbox.bind(lambda updates, why: sent.extend(updates))
     assert eventually(lambda: bool(sent), timeout=30)
     assert [(u.container_id, u.reason) for u in sent] == [(cid, "cold start done")]
     assert parse_cpuset(sent[0].cpuset_mems) == mems | {next(iter(mems)) - 4}
