@@ -45,7 +45,8 @@ class ActuatorSettings:
     uninstall_max_unavailable: str | int = "50%"  # nodes uninstalling at once (installer DaemonSet maxUnavailable)
     poll_interval: float = 5.0
     metrics_port: int = 8891
-    # Admit the shoot's pod network to the relays' /metrics (opt-in: it admits every pod, see the README).
+    # Admit the shoot's pod network to the relays' /metrics (opt-in: it admits every pod; see
+    # docs/usage/metrics-and-logs.md).
     metrics_allow_pod_network: bool = False
 
 

@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--uninstall-max-unavailable", type=max_unavailable, default="50%", metavar="N|N%",
                    help="how many selected nodes uninstall at once (the installer DaemonSet's maxUnavailable "
                         "in uninstall mode): a count or a percentage (default: 50%%, 100 nodes in about two "
-                        "per-node uninstall times; README 'How many nodes an uninstall takes at once')")
+                        "per-node uninstall times; docs/operations/node-safety.md, 'How many nodes an uninstall takes "
+                        "at once')")
     p.add_argument("--poll-interval", type=float, default=5.0, metavar="SECONDS",
                    help="how often a waiting delete/migrate checks again (default: 5)")
     p.add_argument("--retry-delay-min", type=float, default=5.0, metavar="SECONDS",

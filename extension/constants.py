@@ -27,6 +27,8 @@ FORCE_DELETION_ANNOTATION = "confirmation.gardener.cloud/force-deletion"
 # ManagedResources and their secrets.
 MANAGED_RESOURCE_NAME = "extension-runtime-cri-resmgr"
 MONITORING_MANAGED_RESOURCE_NAME = "extension-cri-resmgr-monitoring"
+# The job label of our series in the shoot Prometheus (the ScrapeConfig sets it; the alerts select on it).
+SCRAPE_JOB_NAME = "cri-resmgr"
 SECRET_PREFIX = "managedresource-"
 ORIGIN_LABEL = "origin"
 ORIGIN_VALUE = "gardener-extension-cri-resmgr"

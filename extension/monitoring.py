@@ -1,5 +1,5 @@
-"""The monitoring component: a prometheus-operator ScrapeConfig for the shoot's Prometheus and the shoot
-dashboard, as the seed-class ManagedResource of the shoot namespace.
+"""The monitoring component: a prometheus-operator ScrapeConfig for the shoot's Prometheus, our alerts
+(extension.alerts) and the shoot dashboard, as the seed-class ManagedResource of the shoot namespace.
 
 Gardener's convention for components running in the shoot (docs/extensions/logging-and-monitoring.md):
 a ``monitoring.coreos.com/v1alpha1`` ScrapeConfig labelled ``prometheus: shoot`` in the shoot namespace; the
@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from extension import constants as c
+from extension.alerts import prometheus_rule
 from extension.component import ManagedResourceComponent
 from extension.dashboard import dashboard_configmap
 from extension.gardener import managed_resources
@@ -26,7 +27,7 @@ SCRAPE_CONFIG_NAME = "shoot-cri-resmgr"
 METRICS_SERVICE = "cri-resmgr-metrics"
 # Gardener's shoot-access secret for the shoot Prometheus (prometheus/shoot.AccessSecretName) and its key.
 ACCESS_SECRET = {"name": "shoot-access-prometheus-shoot", "key": "token"}
-JOB_NAME = "cri-resmgr"
+JOB_NAME = c.SCRAPE_JOB_NAME
 
 
 def scrape_config(namespace: str, metrics_port: int = 8891) -> dict[str, Any]:
@@ -74,12 +75,12 @@ def scrape_config(namespace: str, metrics_port: int = 8891) -> dict[str, Any]:
 
 
 def objects(namespace: str, metrics_port: int = 8891) -> list[dict[str, Any]]:
-    return [scrape_config(namespace, metrics_port), dashboard_configmap(namespace)]
+    return [scrape_config(namespace, metrics_port), prometheus_rule(namespace), dashboard_configmap(namespace)]
 
 
 class Monitoring(ManagedResourceComponent):
-    """The monitoring component: ScrapeConfig and dashboard as the seed-class ManagedResource of the shoot
-    namespace."""
+    """The monitoring component: ScrapeConfig, PrometheusRule and dashboard as the seed-class ManagedResource of
+    the shoot namespace."""
 
     def __init__(self, apis: Apis, namespace: str, *, metrics_port: int, poll_interval: float) -> None:
         super().__init__(apis, namespace, c.MONITORING_MANAGED_RESOURCE_NAME, poll_interval=poll_interval)

@@ -42,7 +42,8 @@ DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-}"
 APT_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-static debootstrap
               systemd-container zstd iproute2 unzip docker-registry skopeo buildah
-              gcc libc6-dev procps ipset)  # the last three: critest's images (hacks/critest_images.py)
+              gcc libc6-dev procps ipset  # these three: critest's images (hacks/critest_images.py)
+              prometheus)  # for its promtool: test/integration/extension/test_alert_rules.py
 # The landscape's shoot control plane and nodes; all built from one k8s.io/kubernetes module.
 K8S_COMPONENTS=(kubelet kube-controller-manager kube-scheduler kube-proxy)
 STEPS=(preflight apt helm-kubectl kube-apiserver kube-components cri-tools gardener-crds gardener-seed-crds gardener
@@ -92,9 +93,10 @@ step_apt() {
   apt-get update -qq || die "apt-get update failed: Debian's package mirror does not answer"
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
     || die "apt-get install ${missing[*]} failed"
-  # The packaged containerd service must not grab the default socket; tests run private instances.
+  # The packaged containerd service must not grab the default socket; tests run private instances. Only
+  # promtool of the prometheus package is used: its server is not to listen on :9090.
   if have systemctl && systemctl is-system-running >/dev/null 2>&1; then
-    systemctl disable --now containerd >/dev/null 2>&1 || true
+    systemctl disable --now containerd prometheus >/dev/null 2>&1 || true
   fi
 }
 
@@ -340,11 +342,12 @@ step_cri_tools() {
 }
 
 step_gardener_crds() {
-  # The ScrapeConfig CRD (prometheus-operator, as Gardener ships it for seeds): the extension deploys one.
+  # The ScrapeConfig and PrometheusRule CRDs (prometheus-operator, as Gardener ships them for seeds): the
+  # extension deploys one of each.
   # The VerticalPodAutoscaler CRD: every seed has it (gardenlet deploys VPA); the extension's chart has one.
   local crds="extensions.gardener.cloud_extensions extensions.gardener.cloud_clusters \
               resources.gardener.cloud_managedresources monitoring.coreos.com_scrapeconfigs \
-              autoscaling.k8s.io_verticalpodautoscalers"
+              monitoring.coreos.com_prometheusrules autoscaling.k8s.io_verticalpodautoscalers"
   local mod="github.com/gardener/gardener@$GARDENER_VERSION"
   local key
   key="$mod $(echo $crds)"

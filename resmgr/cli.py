@@ -9,16 +9,15 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from resmgr import __version__
-from resmgr.config import ConfigError
-from resmgr.config.files import FORCE, StartupConfigs, choose_config
-from resmgr.configplane import ConfigPlane, ConfigPlaneHandle, start_config_plane
-from resmgr.configplane.adjustments import ContainerOverride, ContainerView
+from resmgr.config import ConfigError, ConfigSections
+from resmgr.config.files import FORCE, StartupConfigs
+from resmgr.configplane import ConfigPlaneHandle, start_config_plane
 from resmgr.configplane.hook import AdjustingHook
 from resmgr.configplane.node_resources import NodeResourcesNotice
+from resmgr.configplane.plane import AGENT_SOURCE
 from resmgr.configplane.rm_applier import ResourceManagerApplier
 from resmgr.logsetup import parse_debug_modules, set_debug_modules, setup_logging
 from resmgr.manager.cache import CacheError, reset_cache
@@ -27,18 +26,14 @@ from resmgr.manager.resource_manager import ResourceManager
 from resmgr.options import SHUTDOWN_MARGIN_S, build_parser
 from resmgr.policy.registry import available_policies
 from resmgr.relay.dump import Dumper
-from resmgr.relay.hooks import ResourceManagerHook
 from resmgr.relay.metrics import RelayMetrics, start_metrics_servers
 from resmgr.relay.server import Relay
-from resmgr.relay.settings import RelaySettings, SettingsError, settings_from_config
+from resmgr.relay.settings import RelaySettings, relay_settings
 from resmgr.relay.startup import ConfigNotice, StartupError, load_startup_files, without_unfit_files
 from resmgr.rpc.sockets import SocketInUse
 from resmgr.topology import TopologyError, discover_topology
 
 log = logging.getLogger("resmgr.cli")
-
-HookFactory = Callable[[RelaySettings], ResourceManagerHook]
-
 
 def _reset_state(args: argparse.Namespace) -> int:
     """--reset-policy / --reset-config: clear that part of the cache and exit (the relay must be stopped)."""
@@ -60,29 +55,6 @@ def build_resource_manager(args: argparse.Namespace, files: StartupConfigs) -> R
                            fallback_config=files.fallback_config, force_config=files.force_config,
                            disable_policy_switch=args.disable_policy_switch, sysfs_root=args.sysfs_root,
                            background_save=True)
-
-
-class _HookApplier:
-    """The ConfigApplier of a relay whose hook is not the resource manager (``hook_factory``, tests): the
-    relay's own sections apply, and the config goes to the hook's optional ``reconfigure`` entry."""
-
-    def __init__(self, relay: Relay, on_applied: Callable[[dict[str, Any], str], None]) -> None:
-        self.relay = relay
-        self.on_applied = on_applied
-
-    def apply_config(self, config: dict[str, Any], source: str, *, forced: bool = False) -> str | None:
-        try:
-            self.on_applied(config, source)
-        except SettingsError as err:
-            return str(err)
-        self.relay.reconfigure_hook(config)
-        return None
-
-    def list_containers(self) -> list[ContainerView]:
-        return []
-
-    def apply_adjustments(self, overrides: dict[str, ContainerOverride]) -> dict[str, str]:
-        return {cid: "this relay has no resource manager" for cid in overrides}
 
 
 def exit_by_force_after(seconds: float) -> None:
@@ -126,16 +98,16 @@ class _Runner:
                 self.reload.clear()
                 self.reload_config()
 
-    def apply_relay_sections(self, config: dict[str, Any], source: str) -> None:
+    def apply_relay_sections(self, config: ConfigSections, source: str) -> None:
         """Apply the relay's own sections (dump, logger) of a config that became active."""
-        settings = settings_from_config(config, source)
+        settings = relay_settings(config)
         self.notice.set(None)  # a config works again: nothing runs without the config it was given
         self.relay.dumper.reconfigure(settings.dump)
         set_debug_modules(parse_debug_modules(self.args.debug) + settings.debug_modules,
                           root_package="resmgr", base_level=self.args.log_level)
         self.settings = settings
 
-    def config_applied(self, config: dict[str, Any], source: str) -> None:
+    def config_applied(self, config: ConfigSections, source: str) -> None:
         """A config became active: the relay's own sections, and what its policy publishes on the node."""
         self.apply_relay_sections(config, source)
         if self.rm is not None:
@@ -158,8 +130,8 @@ class _Runner:
             log.info("%s: reloaded forced config", sig, extra={"source": self.args.force_config})
 
 
-def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None) -> int:
-    """Run cri-resmgr. ``hook_factory`` replaces the resource manager and config plane (tests)."""
+def main(argv: list[str] | None = None) -> int:
+    """Run cri-resmgr."""
     args = build_parser().parse_args(argv)
     if args.list_policies:
         print("\n".join(available_policies()))
@@ -168,22 +140,18 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
                   root_package="resmgr")
     if args.reset_policy or args.reset_config:
         return _reset_state(args)
-    rm: ResourceManager | None = None
     rebalancer: Rebalancer | None = None
     metrics = RelayMetrics()
     try:
         # The files are read once, here, and checked first: a bad file is reported with its path before
         # any state is touched, and set aside, so kubelet's runtime never goes down for a config.
-        files, problems = load_startup_files(args.force_config, args.fallback_config,
-                                             lambda file: settings_from_config(file.config, file.path))
-        if hook_factory is None:
-            rm, files = without_unfit_files(lambda f: build_resource_manager(args, f), files, problems)
-            config, source = rm.config, rm.config_source  # precedence decided there, with the cache
-        else:
-            config, source = choose_config(force=files.force_config, fallback=files.fallback_config)
+        files, problems = load_startup_files(args.force_config, args.fallback_config)
+        rm, files = without_unfit_files(lambda f: build_resource_manager(args, f), files, problems)
+        config, source = rm.config, rm.config_source  # precedence decided there, with the cache
         source = files.describe(source)
-        settings = settings_from_config(config, source)
-    except (SettingsError, ConfigError, TopologyError, CacheError) as err:
+        # The config the manager chose was checked when it was read (a file, the cache): only typed here.
+        settings = relay_settings(ConfigSections.of(config))
+    except (ConfigError, TopologyError, CacheError) as err:
         sys.stderr.write(f"cri-resmgr: {err}\n")
         return 2
     for problem in problems:
@@ -196,11 +164,10 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     os.makedirs(args.relay_dir, exist_ok=True)
     metrics_servers = start_metrics_servers(metrics, args.metrics_address or settings.metrics_address,
                                             args.metrics_allow, args.metrics_socket)
-    hook: ResourceManagerHook = hook_factory(settings) if hook_factory is not None else AdjustingHook(rm)
-    if rm is not None:
-        metrics.pool_containers.collect = rm.pool_containers
-        metrics.controller_failures.collect = rm.controllers.failure_counts
-        metrics.watch_pools(rm.pool_stats)
+    hook = AdjustingHook(rm, outbox=rm.outbox)
+    metrics.pool_containers.collect = rm.pool_containers
+    metrics.controller_failures.collect = rm.controllers.failure_counts
+    metrics.watch_pools(rm.pool_stats)
     relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket,
                   image_socket=args.image_socket, hook=hook, metrics=metrics,
                   dumper=Dumper(settings.dump, directory=args.relay_dir), pid_file=args.pid_file or None,
@@ -213,24 +180,20 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
     signal.signal(signal.Signals[args.force_config_signal], runner.on_hangup)
     try:
         relay.start()
-        if rm is not None:
-            rm.set_update_sender(lambda updates, why: relay.interceptor.apply_updates(updates, why))  # cold starts
-            runner.rm = rm
-            applier = ResourceManagerApplier(rm, lambda updates, why: relay.interceptor.apply_updates(updates, why),
-                                             runner.config_applied)
-            runner.plane = start_config_plane(args, applier, initial_source=rm.config_source)
-            hook.plane = runner.plane.plane
-            rebalancer = Rebalancer(rm, lambda updates, why: relay.interceptor.apply_updates(updates, why),
-                                    args.rebalance_interval).start()
-            runner.notice = ConfigNotice(runner.plane.agent)
-            runner.node_resources.agent = runner.plane.agent
-            runner.node_resources.set(rm.policy.node_resources())
-            if problems:
-                runner.notice.set("; ".join(p.describe(source) for p in problems))
-        else:  # no agent for a stand-in hook, but SIGHUP takes the same path
-            plane = ConfigPlane(_HookApplier(relay, runner.apply_relay_sections), force_config=args.force_config,
-                                agent_disabled=True, initial_source=source)
-            runner.plane = ConfigPlaneHandle(plane, args.config_socket, None, None)
+        # Every update no CRI call returns (cold starts, rebalancing, configs, Adjustments) goes out through
+        # the manager's outbox, bound to the relay once it runs.
+        rm.outbox.bind(relay.interceptor.apply_updates)
+        runner.rm = rm
+        runner.plane = start_config_plane(
+            args, ResourceManagerApplier(rm, rm.outbox, runner.config_applied), initial_source=rm.config_source,
+            on_agent_refused=lambda _error: metrics.config_errors.labels(AGENT_SOURCE).inc())
+        hook.plane = runner.plane.plane
+        rebalancer = Rebalancer(rm, rm.outbox, args.rebalance_interval).start()
+        runner.notice = ConfigNotice(runner.plane.agent)
+        runner.node_resources.agent = runner.plane.agent
+        runner.node_resources.set(rm.policy.node_resources())
+        if problems:
+            runner.notice.set("; ".join(p.describe(source) for p in problems))
         runner.run_until_stopped()
     except (StartupError, SocketInUse, OSError) as err:
         log.error("cannot start: %s", err)
@@ -244,8 +207,7 @@ def main(argv: list[str] | None = None, hook_factory: HookFactory | None = None)
             rebalancer.stop()
         for server in metrics_servers:
             server.shutdown()
-        if rm is not None:
-            rm.close()
+        rm.close()
     runner.notice.stop()
     runner.node_resources.stop()
     if runner.plane is not None:

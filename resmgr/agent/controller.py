@@ -207,6 +207,8 @@ class Pusher:
     _retry_at: float = 0.0
     _epoch: int = -1
     _adj_digest: str | None = None
+    # The schema's verdict on the selection with this digest: a push that is retried is not checked again.
+    _verdict: tuple[str, tuple[str, str, str]] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -266,7 +268,9 @@ class Pusher:
             return
         if digest == self.outcome.digest and self.outcome.rejected:
             return  # rejected before and unchanged since: never re-push
-        error, warning, info = validate_selection(selection)
+        if self._verdict is None or self._verdict[0] != digest:
+            self._verdict = (digest, validate_selection(selection))
+        error, warning, info = self._verdict[1]
         if not error:
             self._last_push = self.clock()
             self.pushes += 1

@@ -9,7 +9,9 @@ offending field. They log what was left out (logger ``resmgr.config``): unknown 
 as a warning with a "did you mean", ignored fields as what was accepted without being
 applied, so cri-resmgr's log and the installer's say it. The ``check_config*`` variants
 return them instead, for callers that report them elsewhere (the agent's node
-annotations, the Extension's status).
+annotations, the Extension's status), and the config's typed sections
+(``CheckedConfig.sections``, ``resmgr.config.sections``) that the relay's settings and
+the policies take.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ import yaml
 
 from resmgr.config.constraints import CpuConstraint, parse_cpu_constraint, parse_cpu_quantity, parse_memory_quantity
 from resmgr.config.errors import ConfigError
-from resmgr.config.schema import MAX_DEPTH, MAX_NODES, POLICY_NAMES, check, ignored_summary, unknown_summary
+from resmgr.config.schema import POLICY_NAMES, check
+from resmgr.config.sections import ConfigSections
+from resmgr.config.validation import MAX_DEPTH, MAX_NODES, ignored_summary, unknown_summary
 
 __all__ = [
     "MAX_CONFIG_BYTES",
     "POLICY_NAMES",
     "CheckedConfig",
     "ConfigError",
+    "ConfigSections",
     "CpuConstraint",
     "check_config",
     "check_config_sections",
@@ -37,6 +42,7 @@ __all__ = [
     "parse_cpu_constraint",
     "parse_cpu_quantity",
     "parse_memory_quantity",
+    "report_findings",
     "unknown_summary",
     "validate_config",
     "validate_config_sections",
@@ -143,11 +149,12 @@ def _check_size(size: int, source: str) -> None:
 
 @dataclass(frozen=True)
 class CheckedConfig:
-    """A valid config and what was left out of it, for the caller to report."""
+    """A valid config, typed, and what was left out of it, for the caller to report."""
 
-    config: dict[str, Any]  # normalised
+    config: dict[str, Any]  # normalised: what is persisted and echoed
     ignored: list[str]  # paths of the fields accepted but not applied by this cri-resmgr
     unknown: list[str]  # the fields nobody knows, each "path (did you mean 'X'?)": a warning
+    sections: ConfigSections  # the same config, typed: what the relay and the policies take
 
     @property
     def warning(self) -> str:
@@ -166,7 +173,7 @@ def check_config(data: Any, *, source: str = "") -> CheckedConfig:
         config, findings = check(data)
     except ConfigError as exc:
         raise exc.with_source(source) from None
-    return CheckedConfig(config, findings.ignored, findings.unknown)
+    return CheckedConfig(config, findings.ignored, findings.unknown, ConfigSections.of(config))
 
 
 def check_config_text(text: str, *, source: str = "") -> CheckedConfig:
@@ -194,14 +201,19 @@ def check_config_sections(data: dict[str, str], *, source: str = "") -> CheckedC
     return check_config(assembled, source=source)
 
 
-def _logged(checked: CheckedConfig, source: str) -> dict[str, Any]:
+def report_findings(checked: CheckedConfig, source: str) -> CheckedConfig:
+    """Log what was left out of ``checked`` (unknown fields, ignored fields) as warnings; returns it."""
     if checked.unknown:
         log.warning("config from %s: %s", source or "?", checked.warning,
                     extra={"config_source": source, "unknown_fields": checked.unknown})
     if checked.ignored:
         log.warning("config from %s: %s", source or "?", checked.info,
                     extra={"config_source": source, "ignored_fields": checked.ignored})
-    return checked.config
+    return checked
+
+
+def _logged(checked: CheckedConfig, source: str) -> dict[str, Any]:
+    return report_findings(checked, source).config
 
 
 def validate_config(data: Any, *, source: str = "") -> dict[str, Any]:

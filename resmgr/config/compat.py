@@ -20,12 +20,8 @@ from resmgr.config.schema import (
     FOREIGN_POLICY_FALLBACK,
     FOREIGN_POLICY_NAMES,
     POLICY_NAMES,
-    Ignored,
-    ListOf,
-    MapOf,
-    Spec,
-    Struct,
 )
+from resmgr.config.validation import Ignored, ListOf, MapOf, Spec, Struct
 
 IMPLEMENTED, IGNORED = "implemented", "accepted, ignored"
 

@@ -19,7 +19,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from resmgr.config.schema import did_you_mean
+from resmgr.config.validation import did_you_mean
 from resmgr.options import build_parser
 
 log = logging.getLogger("resmgr.config")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from resmgr.config import DOCUMENT, MAX_CONFIG_BYTES, ConfigError, validate_config_text
+from resmgr.config import DOCUMENT, MAX_CONFIG_BYTES, ConfigError, ConfigSections, check_config_text, report_findings
 
 # Source labels of the startup config (what the agent reports as the node's config source).
 FORCE, FALLBACK, CACHE, DEFAULTS = "force-config", "fallback-config", "cache", "defaults"
@@ -21,11 +21,16 @@ FORCE, FALLBACK, CACHE, DEFAULTS = "force-config", "fallback-config", "cache", "
 
 @dataclass(frozen=True)
 class ConfigFile:
-    """A validated (normalised) config read from ``path``; ``digest`` is the SHA-256 of its bytes."""
+    """A validated config read from ``path``, typed; ``digest`` is the SHA-256 of its bytes."""
 
     path: str
-    config: dict[str, Any]
+    sections: ConfigSections
     digest: str
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The normalised mapping (what the resource manager keeps and compares)."""
+        return self.sections.raw
 
 
 def read_config_file(path: str | Path) -> ConfigFile:
@@ -42,7 +47,8 @@ def read_config_file(path: str | Path) -> ConfigFile:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(DOCUMENT, f"config file is not UTF-8 text: {exc}", source=source) from None
-    return ConfigFile(source, validate_config_text(text, source=source), hashlib.sha256(raw).hexdigest())
+    checked = report_findings(check_config_text(text, source=source), source)
+    return ConfigFile(source, checked.sections, hashlib.sha256(raw).hexdigest())
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView
@@ -58,7 +59,8 @@ class ConfigPlaneHandle:
 
 
 def start_config_plane(args: argparse.Namespace, applier: ConfigApplier, *, initial_source: str = "",
-                       node_name: str | None = None) -> ConfigPlaneHandle:
+                       node_name: str | None = None,
+                       on_agent_refused: Callable[[str], None] | None = None) -> ConfigPlaneHandle:
     """Serve the Config API on ``args.config_socket`` and connect to the agent on ``args.agent_socket``.
 
     With ``--disable-agent`` neither socket is used. With ``--force-config`` the API is
@@ -67,7 +69,8 @@ def start_config_plane(args: argparse.Namespace, applier: ConfigApplier, *, init
     force = getattr(args, "force_config", None) or None
     disabled = bool(getattr(args, "disable_agent", False))
     plane = ConfigPlane(applier, node_name=node_name if node_name is not None else os.environ.get("NODE_NAME", ""),
-                        force_config=force, agent_disabled=disabled, initial_source=initial_source)
+                        force_config=force, agent_disabled=disabled, initial_source=initial_source,
+                        on_agent_refused=on_agent_refused)
     if disabled:
         log.info("agent disabled (--disable-agent): not serving the config API")
         return ConfigPlaneHandle(plane, args.config_socket, None, None)

@@ -8,6 +8,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from resmgr.configplane.plane import ConfigPlane
+from resmgr.manager.outbox import UpdateOutbox
 from resmgr.relay.hooks import ContainerUpdate, HookResult, ResourceManagerHook
 
 
@@ -15,11 +16,17 @@ class AdjustingHook:
     """Wraps the resource manager's hook: after StartContainer and UpdateContainerResources the node's
     adjustments are applied again, so a new container in an adjustment's scope gets its override and a
     resized one keeps it (sent as ContainerUpdates by the applier). The rest of the contract is the
-    wrapped hook's, passed through one method each. ``plane`` may be set after construction."""
+    wrapped hook's, passed through one method each. ``plane`` may be set after construction.
 
-    def __init__(self, inner: ResourceManagerHook, plane: ConfigPlane | None = None) -> None:
+    The adjustments' updates are this call's: ``outbox`` (the one the applier sends through) holds them while
+    the plane runs, and ``after`` returns them with the wrapped hook's, so nothing re-enters the relay from
+    inside its own hook."""
+
+    def __init__(self, inner: ResourceManagerHook, plane: ConfigPlane | None = None, *,
+                 outbox: UpdateOutbox | None = None) -> None:
         self.inner = inner
         self.plane = plane
+        self.outbox = outbox if outbox is not None else UpdateOutbox()
 
     def before(self, method: str, request: Message) -> HookResult:
         return self.inner.before(method, request)
@@ -28,7 +35,9 @@ class AdjustingHook:
         updates = self.inner.after(method, request, response, *call)  # call: before()'s reservation
         # A new container may be in scope; a kubelet resize re-places a container without its override.
         if method in ("StartContainer", "UpdateContainerResources") and self.plane is not None:
-            self.plane.refresh_adjustments()
+            with self.outbox.held() as adjusted:
+                self.plane.refresh_adjustments()
+            return [*updates, *adjusted]
         return updates
 
     def failed(self, method: str, request: Message, *call: object) -> list[ContainerUpdate]:

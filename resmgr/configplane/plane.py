@@ -22,11 +22,11 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from resmgr.config import ConfigError, validate_config_sections
+from resmgr.config import ConfigError, ConfigSections, check_config_sections, report_findings
 from resmgr.config.errors import AGENT_DISABLED
 from resmgr.config.files import read_config_file
 from resmgr.configplane.adjustments import (
@@ -38,12 +38,15 @@ from resmgr.configplane.adjustments import (
 
 log = logging.getLogger("resmgr.configplane")
 
+AGENT_SOURCE = "agent"  # the source label of agent configs cri-resmgr refused (cri_resmgr_config_errors_total)
+
 
 class ConfigApplier(Protocol):
     """Implemented by the relay/resource manager."""
 
-    def apply_config(self, config: dict[str, Any], source: str, *, forced: bool = False) -> str | None:
-        """Make ``config`` (validated, normalised) active; return None, or why it was rejected.
+    def apply_config(self, config: ConfigSections, source: str, *, forced: bool = False) -> str | None:
+        """Make ``config`` (checked by the schema, typed; ``config.raw`` is the normalised mapping) active;
+        return None, or why it was rejected.
 
         ``forced`` is set when the config is the re-read ``--force-config`` file.
         A rejected config must leave the previous one fully in effect.
@@ -85,8 +88,12 @@ class ConfigPlane:
     """Validates and applies configuration coming from the agent or the forced file."""
 
     def __init__(self, applier: ConfigApplier, *, node_name: str = "", force_config: str | None = None,
-                 agent_disabled: bool = False, initial_source: str = "") -> None:
+                 agent_disabled: bool = False, initial_source: str = "",
+                 on_agent_refused: Callable[[str], None] | None = None) -> None:
         self.applier = applier
+        # Told the reason of each agent config this node could not use (the metrics count them); not of the
+        # refusals while the agent is disabled: those are the operator's choice, not a broken config.
+        self.on_agent_refused = on_agent_refused
         self.node_name = node_name
         self.force_config = force_config
         self.agent_disabled = agent_disabled or bool(force_config)
@@ -108,21 +115,26 @@ class ConfigPlane:
         source = source or "agent"
         with self._lock:
             error = self._check_node(node_name)
-            if not error and self.agent_disabled:
-                why = f"--force-config {self.force_config}" if self.force_config else "--disable-agent"
-                error = f"{AGENT_DISABLED} ({why} is in effect)"
             if error:
-                return self._rejected(error, source)
+                return self._agent_refused(self._rejected(error, source))
+            if self.agent_disabled:
+                why = f"--force-config {self.force_config}" if self.force_config else "--disable-agent"
+                return self._rejected(f"{AGENT_DISABLED} ({why} is in effect)", source)
             digest = sections_digest(sections)
             if digest == self.status.digest:
                 log.info("config from %s is identical to the active one; nothing to apply", source)
                 self.status.source = source
                 return ""
             try:
-                config = validate_config_sections(dict(sections), source=source)
+                checked = report_findings(check_config_sections(dict(sections), source=source), source)
             except ConfigError as exc:
-                return self._rejected(str(exc), source)
-            return self._apply(config, source, digest, forced=False)
+                return self._agent_refused(self._rejected(str(exc), source))
+            return self._agent_refused(self._apply(checked.sections, source, digest, forced=False))
+
+    def _agent_refused(self, error: str) -> str:
+        if error and self.on_agent_refused is not None:
+            self.on_agent_refused(error)
+        return error
 
     def reload_force_config(self) -> str:
         """SIGHUP: re-read and apply ``--force-config``. Returns "" on success or why the old config stays."""
@@ -134,9 +146,9 @@ class ConfigPlane:
                 file = read_config_file(path)
             except ConfigError as exc:
                 return self._rejected(str(exc), path)
-            return self._apply(file.config, path, file.digest, forced=True)
+            return self._apply(file.sections, path, file.digest, forced=True)
 
-    def _apply(self, config: dict[str, Any], source: str, digest: str, *, forced: bool) -> str:
+    def _apply(self, config: ConfigSections, source: str, digest: str, *, forced: bool) -> str:
         try:
             error = self.applier.apply_config(config, source, forced=forced)
         except Exception as exc:  # the applier must not take the config socket down with it

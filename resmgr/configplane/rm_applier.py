@@ -15,9 +15,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any
 
-from resmgr.config import ConfigError
+from resmgr.config import ConfigError, ConfigSections
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView, container_view
 from resmgr.control.toptier import OVERRIDE_KEY as TOPTIER_OVERRIDE
 from resmgr.manager.resource_manager import Resize, ResourceManager
@@ -27,7 +26,7 @@ from resmgr.relay.hooks import ContainerUpdate
 log = logging.getLogger("resmgr.configplane")
 
 UpdateSender = Callable[[list[ContainerUpdate], str], None]
-ConfigListener = Callable[[dict[str, Any], str], None]
+ConfigListener = Callable[[ConfigSections, str], None]
 
 
 class ResourceManagerApplier:
@@ -47,9 +46,11 @@ class ResourceManagerApplier:
         # container's real resources (and is what is cached); only the policy sees the adjusted ones.
         self._active: dict[str, ContainerOverride] = {}
 
-    def apply_config(self, config: dict[str, Any], source: str, *, forced: bool = False) -> str | None:
+    def apply_config(self, config: ConfigSections, source: str, *, forced: bool = False) -> str | None:
+        # The resource manager keeps (caches, compares) the normalised mapping; the relay takes the sections.
+        raw = config.raw
         try:
-            updates = self.rm.reconfigure(config, source) if forced else self.rm.set_config(config, source=source)
+            updates = self.rm.reconfigure(raw, source) if forced else self.rm.set_config(raw, source=source)
         except ConfigError as exc:
             return str(exc)
         self.send_updates(updates, "SetConfig")

@@ -25,11 +25,12 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from resmgr.config import ConfigError
+from resmgr.config.sections import BalloonsSection
 from resmgr.model.resources import ContainerInfo, preference_annotation
 from resmgr.policy.base import (
     Grant,
@@ -70,7 +71,7 @@ class BalloonType:
     spread_on_cores: bool = False  # the CPU tree puts this type's CPUs on separate physical cores first
 
     @classmethod
-    def from_config(cls, bt: dict[str, Any], section: dict[str, Any]) -> BalloonType:
+    def from_config(cls, bt: Mapping[str, Any], section: BalloonsSection) -> BalloonType:
         """A type from its config entry; the allocator options default to the section's (upstream)."""
         return cls(name=bt["Name"], min_cpus=bt.get("MinCPUs", 0), max_cpus=bt.get("MaxCPUs", 0),
                    min_balloons=bt.get("MinBalloons", 0), max_balloons=bt.get("MaxBalloons", 0),
@@ -78,10 +79,8 @@ class BalloonType:
                    prefer_new=bt.get("PreferNewBalloons", False),
                    prefer_spreading_pods=bt.get("PreferSpreadingPods", False),
                    prefer_per_namespace=bt.get("PreferPerNamespaceBalloon", False), cpu_class=bt.get("CPUClass", ""),
-                   topology_balancing=bt.get("AllocatorTopologyBalancing",
-                                             section.get("AllocatorTopologyBalancing", False)),
-                   spread_on_cores=bt.get("PreferSpreadOnPhysicalCores",
-                                          section.get("PreferSpreadOnPhysicalCores", False)))
+                   topology_balancing=bt.get("AllocatorTopologyBalancing", section.allocator_topology_balancing),
+                   spread_on_cores=bt.get("PreferSpreadOnPhysicalCores", section.prefer_spread_on_physical_cores))
 
 
 @dataclass
@@ -133,16 +132,15 @@ class BalloonsPolicy(PooledPolicy):
     description = "Disjoint CPU balloons per workload type, inflated and deflated with their containers."
 
     def setup(self) -> None:
-        section = self.config.get("policy", {}).get("balloons", {})
-        self.pin_cpu = section.get("PinCPU", True)
-        self.pin_memory = section.get("PinMemory", True)
-        self.reserved_namespaces = list(section.get("ReservedPoolNamespaces", ["kube-system"]))
-        self.idle_cpu_class = section.get("IdleCPUClass", "")
-        self._options_key = options_key(section)
-        res = resolve_cpu_resources(self.config, self.topology, sysfs_root=self.sysfs_root)
+        section = self.policy_config.balloons
+        self.pin_cpu, self.pin_memory = section.pin_cpu, section.pin_memory
+        self.reserved_namespaces = list(section.reserved_pool_namespaces)
+        self.idle_cpu_class = section.idle_cpu_class
+        self._options_key = options_key(section.raw)
+        res = resolve_cpu_resources(self.policy_config, self.topology, sysfs_root=self.sysfs_root)
         self.available, self.reserved = res.available, res.reserved
         self.types: dict[str, BalloonType] = {}  # config order (namespace matching, MinBalloons)
-        for bt in section.get("BalloonTypes", []):
+        for bt in section.balloon_types:
             self.types[bt["Name"]] = BalloonType.from_config(bt, section)
         if DEFAULT not in self.types:
             self.types[DEFAULT] = BalloonType(name=DEFAULT, min_balloons=1, max_balloons=1)
@@ -156,7 +154,7 @@ class BalloonsPolicy(PooledPolicy):
 
     def _create_min_balloons(self) -> None:
         wanted = 0
-        for index, bt in enumerate(self.config.get("policy", {}).get("balloons", {}).get("BalloonTypes", [])):
+        for index, bt in enumerate(self.policy_config.balloons.balloon_types):
             wanted += bt.get("MinBalloons", 0) * bt.get("MinCPUs", 0)
             if bt["Name"] != RESERVED and wanted > len(self._free):
                 raise ConfigError(f"policy.balloons.BalloonTypes[{index}].MinBalloons",
@@ -388,6 +386,12 @@ class BalloonsPolicy(PooledPolicy):
                                                "members": dict(b.members)} for b in self.balloons.values()]}
         if self._left_alone:
             extra[LEFT_ALONE_KEY] = sorted(self._left_alone)
+        return extra
+
+    def export_cached(self, keep: Callable[[str], bool]) -> dict[str, Any]:
+        extra = self.export_extra()
+        for b in extra["balloons"]:
+            b["members"] = {cid: v for cid, v in b["members"].items() if keep(cid)}
         return extra
 
     def restore_extra(self, data: dict[str, Any]) -> None:

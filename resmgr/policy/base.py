@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from resmgr.config import ConfigError, parse_cpu_constraint
+from resmgr.config.sections import PolicySection
 from resmgr.model.resources import KUBE_SYSTEM, ContainerInfo
+from resmgr.model.state import PolicyState
 from resmgr.policy.cpu_allocator import take_cpus
 from resmgr.topology.cgroup_cpuset import CgroupCpusetError, read_cgroup_cpuset
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
@@ -51,13 +54,12 @@ def _constraint_cpus(value: str, field: str, topology: Topology, sysfs_root: Pat
     return c
 
 
-def resolve_cpu_resources(config: dict[str, Any], topology: Topology, *,
+def resolve_cpu_resources(policy: PolicySection, topology: Topology, *,
                           sysfs_root: Path | str = "/", default_reserved: int = 1) -> CpuResources:
     """Resolve the policy section's CPU constraints on this topology; raises ConfigError."""
-    policy = config.get("policy", {})
     online = topology.online
     available = online
-    avail_text = policy.get("AvailableResources", {}).get("cpu")
+    avail_text = policy.available.get("cpu")
     field_a = "policy.AvailableResources.cpu"
     if avail_text is not None:
         a = _constraint_cpus(avail_text, field_a, topology, Path(sysfs_root))
@@ -76,7 +78,7 @@ def resolve_cpu_resources(config: dict[str, Any], topology: Topology, *,
             if count < 1:
                 raise ConfigError(field_a, "at least one CPU must be available")
             available = take_cpus(topology, online, count)
-    resv_text = policy.get("ReservedResources", {}).get("cpu")
+    resv_text = policy.reserved.get("cpu")
     field_r = "policy.ReservedResources.cpu"
     if resv_text is None:
         milli = min(default_reserved, len(available)) * 1000
@@ -209,14 +211,26 @@ class Policy:
     wants_usage: ClassVar[bool] = False  # rebalance() takes measured CPU usage (the relay samples it)
 
     topology: Topology
-    config: dict[str, Any]
+    config: dict[str, Any]  # the schema-checked mapping (the manager keeps and caches it)
     sysfs_root: str = "/"
-    containers: dict[str, ContainerInfo] = field(default_factory=dict)
-    grants: dict[str, Grant] = field(default_factory=dict)
+    state: PolicyState = field(default_factory=PolicyState)  # the resource manager's; placements live there
     members: dict[str, set[str]] = field(default_factory=dict)  # group -> container ids
+    # The typed ``policy`` section of ``config``: what setup() reads its options from.
+    policy_config: PolicySection = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.policy_config = PolicySection.of(self.config.get("policy", {}))
         self.setup()
+
+    @property
+    def containers(self) -> dict[str, ContainerInfo]:
+        """The containers placed, by id (``state``'s)."""
+        return self.state.containers
+
+    @property
+    def grants(self) -> dict[str, Grant]:
+        """Their grants, by container id (``state``'s)."""
+        return self.state.grants
 
     # -- PolicyHooks defaults ----------------------------------------------------
     def setup(self) -> None:
@@ -234,6 +248,19 @@ class Policy:
 
     def export_extra(self) -> dict[str, Any]:
         return {}
+
+    def export_cached(self, keep: Callable[[str], bool]) -> dict[str, Any]:
+        """``export_extra`` for the cache: containers ``keep`` refuses (reservations the runtime never confirmed)
+        left out of it where it names containers; by default unchanged."""
+        return self.export_extra()
+
+    def cold_starts(self) -> dict[str, float]:
+        """Container id -> when its cold start ends (time.time()); the resource manager runs the timers."""
+        return {}
+
+    def finish_cold_start(self, cid: str) -> bool:
+        """End ``cid``'s cold start now; True if it was in one (its placement changed)."""
+        return False
 
     def create_edits(self, cid: str) -> ContainerEdits | None:
         """Env/command changes for the container being created (static-pools' CMK variables); None: none."""
@@ -341,8 +368,7 @@ class Policy:
         unknown = set(grants) - set(containers)
         if unknown:
             grants = {cid: g for cid, g in grants.items() if cid in containers}
-        self.containers = dict(containers)
-        self.grants = grants
+        self.state.replace(containers, grants)
         owned: set[int] = set()
         for cid, g in grants.items():
             if g.exclusive & owned:

@@ -40,7 +40,6 @@ from resmgr.topology.cpuset import format_cpuset, parse_cpuset
 DYNAMIC_POOL_KEY = "dynamic-pool.dynamic-pools.cri-resource-manager.intel.com"
 RESERVED = "reserved"
 SHARED = "shared"
-DEFAULTS: dict[str, Any] = {"PinCPU": True, "PinMemory": True, "ReservedPoolNamespaces": []}
 
 
 @dataclass
@@ -130,18 +129,17 @@ class DynamicPoolsPolicy(PooledPolicy):
     wants_usage = True
 
     def setup(self) -> None:
-        section = self.config.get("policy", {}).get("dynamic-pools", {})
-        self.opts = {**DEFAULTS, **section}
-        res = resolve_cpu_resources(self.config, self.topology, sysfs_root=self.sysfs_root)
+        section = self.policy_config.dynamic_pools
+        res = resolve_cpu_resources(self.policy_config, self.topology, sysfs_root=self.sysfs_root)
         self.available, self.reserved = res.available, res.reserved
         self._outside_reserved = self.available - self.reserved
         if not self.reserved:
             raise ConfigError("policy.ReservedResources.cpu",
                               "dynamic-pools needs at least one reserved CPU (the reserved pool)")
-        self.pin_cpu, self.pin_memory = bool(self.opts["PinCPU"]), bool(self.opts["PinMemory"])
-        self.reserved_namespaces = list(self.opts["ReservedPoolNamespaces"])
+        self.pin_cpu, self.pin_memory = section.pin_cpu, section.pin_memory
+        self.reserved_namespaces = list(section.reserved_pool_namespaces)
         self.types: dict[str, PoolType] = {RESERVED: PoolType(RESERVED), SHARED: PoolType(SHARED)}
-        for index, t in enumerate(section.get("DynamicPoolTypes", [])):
+        for index, t in enumerate(section.pool_types):
             name = t["Name"]
             if name in self.types and name not in (RESERVED, SHARED):
                 raise ConfigError(f"policy.dynamic-pools.DynamicPoolTypes[{index}].Name",

@@ -25,6 +25,7 @@ from typing import Any
 
 from resmgr.config import ConfigError
 from resmgr.config.pool_sizes import parse_instances, parse_pool_cpus
+from resmgr.config.sections import PodpoolsSection
 from resmgr.model.resources import KUBE_SYSTEM, ContainerInfo
 from resmgr.policy.base import (
     Grant,
@@ -94,13 +95,13 @@ def _sized(pool: dict[str, Any]) -> bool:
     return pool.get("CPU") not in (None, "") or pool.get("Instances") not in (None, "")
 
 
-def build_pools(section: dict[str, Any], topology: Topology, available: frozenset[int],
+def build_pools(section: PodpoolsSection, topology: Topology, available: frozenset[int],
                 reserved: frozenset[int]) -> list[Pool]:
     """The reserved pool, the default pool and every instance of the user's pool types, in that order."""
     reserved_type, default_type = PoolType(RESERVED), PoolType(DEFAULT)
     default_cpus = reserved
     free = set(available - reserved)
-    defs = list(enumerate(section.get("Pools", [])))
+    defs = list(enumerate(section.pools))
     path = "policy.podpools.Pools"
     # The built-in pools first: a customised default pool takes its CPUs before the user's pools.
     for i, d in defs:
@@ -158,10 +159,9 @@ class PodpoolsPolicy(PooledPolicy):
     description = "Pod-granularity placement: all containers of a pod share the CPUs of its pool instance."
 
     def setup(self) -> None:
-        section = self.config.get("policy", {}).get("podpools", {})
-        self.pin_cpu = section.get("PinCPU", True)
-        self.pin_memory = section.get("PinMemory", True)
-        res = resolve_cpu_resources(self.config, self.topology, sysfs_root=self.sysfs_root)
+        section = self.policy_config.podpools
+        self.pin_cpu, self.pin_memory = section.pin_cpu, section.pin_memory
+        res = resolve_cpu_resources(self.policy_config, self.topology, sysfs_root=self.sysfs_root)
         if not res.reserved:
             raise ConfigError("policy.ReservedResources.cpu", "the podpools policy needs at least one reserved CPU "
                                                               "(the reserved pool, and the default pool's fallback)")
@@ -169,7 +169,7 @@ class PodpoolsPolicy(PooledPolicy):
         # Pod -> the pool it left last (release + allocate of a resize, a failed create): it goes back there.
         self._recent: dict[str, str] = {}
 
-    def _build(self, section: dict[str, Any], available: frozenset[int], reserved: frozenset[int]) -> None:
+    def _build(self, section: PodpoolsSection, available: frozenset[int], reserved: frozenset[int]) -> None:
         """Lay out the pools of ``section`` on these available and reserved CPUs."""
         self.available, self.reserved = available, reserved
         self.pools: dict[str, Pool] = {}
@@ -332,7 +332,7 @@ class PodpoolsPolicy(PooledPolicy):
         log.info("podpools: config update: keeping available CPUs %s and reserved CPUs %s from when the policy "
                  "was created (not %s and %s); they change with a restart", format_cpuset(available),
                  format_cpuset(reserved), format_cpuset(self.available), format_cpuset(self.reserved))
-        self._build(self.config.get("policy", {}).get("podpools", {}), available, reserved)
+        self._build(self.policy_config.podpools, available, reserved)
 
     def restore_extra(self, data: dict[str, Any]) -> None:
         self._keep_resources(data)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from resmgr.model.state import PolicyState
 from resmgr.policy.base import Policy
 from resmgr.topology.model import Topology
 
@@ -43,12 +44,15 @@ def active_policy_name(config: dict[str, Any]) -> str:
     return str(config.get("policy", {}).get("Active") or "none")
 
 
-def create_policy(config: dict[str, Any], topology: Topology, *, sysfs_root: str = "/") -> Policy:
-    """Instantiate the policy ``config`` selects; raises ConfigError naming the bad field."""
+def create_policy(config: dict[str, Any], topology: Topology, *, sysfs_root: str = "/",
+                  state: PolicyState | None = None) -> Policy:
+    """Instantiate the policy ``config`` selects, placing into ``state`` (default: a new one); raises ConfigError
+    naming the bad field."""
     name = active_policy_name(config)
     cls = policy_class(name)
     if cls is None:
         from resmgr.config import ConfigError
 
         raise ConfigError("policy.Active", f"unknown policy {name!r}; available: {', '.join(_POLICIES)}")
-    return cls(topology=topology, config=config, sysfs_root=sysfs_root)
+    return cls(topology=topology, config=config, sysfs_root=sysfs_root,
+               state=state if state is not None else PolicyState())

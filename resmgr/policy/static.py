@@ -24,7 +24,7 @@ class StaticPolicy(Policy):
     description = "kubelet's static CPU manager: exclusive CPUs for integer Guaranteed containers."
 
     def setup(self) -> None:
-        res = resolve_cpu_resources(self.config, self.topology, sysfs_root=self.sysfs_root)
+        res = resolve_cpu_resources(self.policy_config, self.topology, sysfs_root=self.sysfs_root)
         self.available = res.available
         self.reserved = res.reserved
         self._exclusive: set[int] = set()

@@ -42,11 +42,11 @@ class StaticPlusPolicy(StaticPolicy):
     description = "static with isolated CPUs: exclusive CPUs for whole-CPU requests, the fraction shared."
 
     def setup(self) -> None:
-        resv_text = self.config.get("policy", {}).get("ReservedResources", {}).get("cpu")
+        resv_text = self.policy_config.reserved.get("cpu")
         if resv_text is None:
             raise ConfigError("policy.ReservedResources.cpu", "static-plus cannot run without reserved CPUs "
                                                               "(set a CPU count or cpuset)")
-        res = resolve_cpu_resources(self.config, self.topology, sysfs_root=self.sysfs_root)
+        res = resolve_cpu_resources(self.policy_config, self.topology, sysfs_root=self.sysfs_root)
         # Upstream takes isolated CPUs out of the available set before reserving.
         self.isolated_cpus = frozenset(self.topology.isolated & res.available)
         plain = res.available - self.isolated_cpus

@@ -32,6 +32,7 @@ from typing import Any
 
 from resmgr.config import MAX_CONFIG_BYTES, ConfigError, _load_yaml  # the configs' strict, bounded YAML loader
 from resmgr.config.schema import STATIC_POOLS
+from resmgr.config.sections import StaticPoolsSection
 from resmgr.model.resources import ContainerInfo
 from resmgr.policy.base import ContainerEdits, Grant, Placement, Policy, RestoreError, log
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
@@ -124,18 +125,18 @@ def read_conf_dir(conf_dir: str) -> dict[str, dict[str, Any]]:
     return pools
 
 
-def configured_pools(section: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], str]:
+def configured_pools(section: StaticPoolsSection) -> tuple[dict[str, dict[str, Any]], str]:
     """Upstream's precedence: the config's pools, else ConfFilePath, else the CMK directory. Returns (pools, origin)."""
-    if section.get("pools"):
-        return dict(section["pools"]), SECTION + ".pools"
+    if section.pools:
+        return {name: dict(pool) for name, pool in section.pools.items()}, SECTION + ".pools"
     problems = []
-    conf_file = section.get("ConfFilePath") or ""
+    conf_file = section.conf_file_path
     if conf_file:
         try:
             return read_conf_file(conf_file), conf_file
         except ConfigError as exc:
             problems.append(str(exc))
-    conf_dir = section.get("ConfDirPath") or section.get("ConfFileDir") or DEFAULT_CONF_DIR
+    conf_dir = section.conf_dir_path or DEFAULT_CONF_DIR
     try:
         return read_conf_dir(conf_dir), conf_dir
     except ConfigError as exc:
@@ -257,13 +258,12 @@ class StaticPoolsPolicy(Policy):
     description = "CMK-compatible pools (exclusive, shared, infra) chosen by STP_POOL or cmk isolate."
 
     def setup(self) -> None:
-        section = self.config.get("policy", {}).get("static-pools", {})
+        section = self.policy_config.static_pools
         raw, origin = configured_pools(section)
         self.pools = build_pools(raw, self.topology.online, origin)
         if not self.pools:
             raise ConfigError(SECTION, f"no pools configured ({origin} has none)")
-        self.label_node = bool(section.get("LabelNode", False))
-        self.taint_node = bool(section.get("TaintNode", False))
+        self.label_node, self.taint_node = section.label_node, section.taint_node
         # container id -> (pool, indices of its CPU lists, no affinity)
         self._assigned: dict[str, tuple[str, tuple[int, ...], bool]] = {}
         self._users: dict[tuple[str, int], int] = {}  # (pool, list index) -> containers on it

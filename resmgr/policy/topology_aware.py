@@ -47,10 +47,6 @@ PREFER_ISOLATED_KEY = "prefer-isolated-cpus.cri-resource-manager.intel.com"
 PREFER_SHARED_KEY = "prefer-shared-cpus.cri-resource-manager.intel.com"
 PREFER_RESERVED_KEY = "prefer-reserved-cpus.cri-resource-manager.intel.com"
 
-DEFAULTS = {"PinCPU": True, "PinMemory": True, "PreferIsolatedCPUs": True, "PreferSharedCPUs": False,
-            "ReservedPoolNamespaces": ["kube-system"], "ColocatePods": False, "ColocateNamespaces": False}
-
-
 @dataclass
 class Pool:
     name: str
@@ -70,10 +66,8 @@ class TopologyAwarePolicy(Policy):
     description = "Pool tree of sockets, dies and NUMA nodes; exclusive, isolated and shared CPUs."
 
     def setup(self) -> None:
-        opts = dict(DEFAULTS)
-        opts.update(self.config.get("policy", {}).get("topology-aware", {}))
-        self.opts = opts
-        res = resolve_cpu_resources(self.config, self.topology, sysfs_root=self.sysfs_root)
+        self.opts = self.policy_config.topology_aware
+        res = resolve_cpu_resources(self.policy_config, self.topology, sysfs_root=self.sysfs_root)
         self.available, self.reserved = res.available, res.reserved
         self.isolated = (self.topology.isolated & self.available) - self.reserved
         self.pools: dict[str, Pool] = {}
@@ -159,7 +153,7 @@ class TopologyAwarePolicy(Policy):
         self._reserved_placement = self._pin(self.reserved, self.topology.nodes_of(self.reserved))
 
     def _pin(self, cpus: frozenset[int], mems: frozenset[int]) -> Placement:
-        return (cpus if self.opts["PinCPU"] else None, mems if self.opts["PinMemory"] else None)
+        return (cpus if self.opts.pin_cpu else None, mems if self.opts.pin_memory else None)
 
     # -- accounting -------------------------------------------------------------------
     def _shared_users(self, pool: Pool) -> int:
@@ -203,8 +197,8 @@ class TopologyAwarePolicy(Policy):
         if full == 0:
             return shared
         if full == 1:
-            prefer_isolated = self.opts["PreferIsolatedCPUs"] if isolated_note is None else isolated_note
-            prefer_shared = self.opts["PreferSharedCPUs"] if shared_note is None else shared_note
+            prefer_isolated = self.opts.prefer_isolated_cpus if isolated_note is None else isolated_note
+            prefer_shared = self.opts.prefer_shared_cpus if shared_note is None else shared_note
             if (prefer_shared if frac else shared_note is True):
                 return shared
             return full, frac, bool(prefer_isolated)
@@ -259,7 +253,7 @@ class TopologyAwarePolicy(Policy):
     def _wants_reserved(self, c: ContainerInfo) -> bool:
         reserved_note = annotated_bool(c, PREFER_RESERVED_KEY)  # None: not annotated
         return bool(reserved_note) or (
-            reserved_note is None and is_reserved_namespace(c, self.opts["ReservedPoolNamespaces"]))
+            reserved_note is None and is_reserved_namespace(c, list(self.opts.reserved_pool_namespaces)))
 
     def _reserved_grant(self, c: ContainerInfo) -> Grant:
         """The reserved CPUs while they have room for the request, else (as upstream's supply.AllocateCPU
@@ -335,8 +329,8 @@ class TopologyAwarePolicy(Policy):
 
     def _affinity_scores(self, c: ContainerInfo) -> dict[str, float]:
         """Pool name -> c's affinity score (empty: no affinities); reserved containers count at the root."""
-        affinities = container_affinities(c, colocate_pods=self.opts["ColocatePods"],
-                                          colocate_namespaces=self.opts["ColocateNamespaces"])
+        affinities = container_affinities(c, colocate_pods=self.opts.colocate_pods,
+                                          colocate_namespaces=self.opts.colocate_namespaces)
         if not affinities:
             return {}
         per_pool: dict[str, int] = {}

@@ -7,7 +7,8 @@
 ``Config`` is a comma-separated list of ``LEVEL:REGEXP`` rules; a rule's regexp must match the
 whole method name (``CreateContainer``, ``PullImage``), and the last matching rule wins.
 ``full`` dumps complete request and response messages, ``short`` one-line summaries, ``off``
-nothing. Entries go to the ``resmgr.dump`` logger and, if ``File`` is set, as JSON lines to
+nothing (the schema parses the rules, ``resmgr.config.dump_rules``; the dumper applies the
+parsed ``DumpConfig``). Entries go to the ``resmgr.dump`` logger and, if ``File`` is set, as JSON lines to
 that file. With policy ``none`` this makes the relay a pure CRI message dumper.
 
 The file is the relay's own (it runs as root): it always lies in ``<relay dir>/dump/`` (a
@@ -22,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,89 +32,15 @@ from typing import IO, Any
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError, Message
 
+from resmgr.config.dump_rules import DumpConfig
 from resmgr.options import DEFAULT_RELAY_DIR
 from resmgr.relay.methods import cri_methods
 
 log = logging.getLogger("resmgr.dump")
 
-LEVELS = ("off", "short", "full")
 SHORT_LIMIT = 200
 MAX_DUMP_BYTES = 64 * 1024 * 1024  # per file; the one before is kept as <file>.1
 REDACTED = "<redacted>"
-
-
-class DumpConfigError(ValueError):
-    """A ``dump:`` section that cannot be used; the message names the offending rule."""
-
-
-@dataclass(frozen=True)
-class DumpRule:
-    level: str
-    pattern: re.Pattern[str]
-
-
-@dataclass(frozen=True)
-class DumpConfig:
-    rules: tuple[DumpRule, ...] = ()
-    file: str | None = None
-
-    def level_for(self, method: str) -> str:
-        level = "off"
-        for rule in self.rules:
-            if rule.pattern.fullmatch(method):
-                level = rule.level
-        return level
-
-
-def parse_dump_rules(text: str) -> tuple[DumpRule, ...]:
-    """Parse ``'off:.*,short:Create.*'``. Commas inside regexps are allowed within (), [] and {}."""
-    rules: list[DumpRule] = []
-    for item in _split_rules(text):
-        level, sep, regexp = item.partition(":")
-        level = level.strip().lower()
-        if not sep or level not in LEVELS:
-            raise DumpConfigError(f"dump.Config: rule {item!r} must be LEVEL:REGEXP with LEVEL one of "
-                                  f"{', '.join(LEVELS)}")
-        try:
-            pattern = re.compile(regexp.strip())
-        except re.error as err:
-            raise DumpConfigError(f"dump.Config: rule {item!r} has an invalid regexp: {err}") from None
-        rules.append(DumpRule(level, pattern))
-    return tuple(rules)
-
-
-def _split_rules(text: str) -> list[str]:
-    items, depth, current = [], 0, []
-    for ch in text:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth = max(0, depth - 1)
-        if ch == "," and depth == 0:
-            items.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    items.append("".join(current))
-    return [item.strip() for item in items if item.strip()]
-
-
-def dump_config_from_section(section: dict[str, Any] | None) -> DumpConfig:
-    """Build a DumpConfig from the parsed ``dump:`` mapping (keys ``Config`` and ``File``)."""
-    if not section:
-        return DumpConfig()
-    if not isinstance(section, dict):
-        raise DumpConfigError("dump: must be a mapping with keys Config and File")
-    unknown = set(section) - {"Config", "File"}
-    if unknown:
-        raise DumpConfigError(f"dump: unknown key(s) {', '.join(sorted(unknown))}; known: Config, File")
-    rules_text = section.get("Config") or ""
-    if not isinstance(rules_text, str):
-        raise DumpConfigError("dump.Config must be a string like 'off:.*,full:Create.*'")
-    file = section.get("File") or None
-    if file is not None and not isinstance(file, str):
-        raise DumpConfigError("dump.File must be a file path")
-    return DumpConfig(rules=parse_dump_rules(rules_text), file=file)
 
 
 def dump_path(file: str, directory: str | os.PathLike[str]) -> Path:

@@ -19,7 +19,8 @@ else from the runtime on that connection, and kubelet creates nothing before it 
 (PLEG asks for the changed pod's status first); ``settle``, called before every CreateContainer decision,
 then finishes reading what was handed over (at once in the caller's thread if it still waits).
 
-Reading costs 55-75 µs per relist of 200 containers (2 cores, upb; see the README): the answer is
+Reading costs 55-75 µs per relist of 200 containers (2 cores, upb; docs/operations/compatibility.md,
+'When a container's resources are released'): the answer is
 parsed with a message type of our own that names only the two fields read (``id`` and ``state`` of
 CRI's ``Container``), so labels, annotations and the rest are skipped, never built.
 """

@@ -22,7 +22,6 @@ from resmgr.topology.cpuset import format_cpuset
 
 log = logging.getLogger("resmgr.metrics")
 
-DEFAULT_METRICS_ADDRESS = ":8891"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # CRI calls are sub-millisecond to seconds (image pulls, container stops).
@@ -250,8 +249,9 @@ class RelayMetrics:
                                             "Sum of the CPU requests of the containers in each pool (or balloon), "
                                             "in CPUs", ["policy", "pool"], self.registry)
         self.config_errors = Counter("cri_resmgr_config_errors",
-                                     "Configs refused at startup or on SIGHUP; the relay kept running on the last "
-                                     "good config or policy none, by source (force-config, fallback-config)",
+                                     "Configs refused at startup, on SIGHUP or from the agent; the relay kept "
+                                     "running on the last good config or policy none, by source (force-config, "
+                                     "fallback-config, agent)",
                                      ["source"], self.registry)
         self.controller_failures = CallbackGauge(
             "cri_resmgr_controller_failures",

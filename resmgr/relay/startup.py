@@ -147,10 +147,9 @@ class ConfigProblem:
         return f"{self.source} {self.path} not used: {self.error}; running with the config from {running}"
 
 
-def load_startup_files(force_path: str | None, fallback_path: str | None,
-                       check: Callable[[ConfigFile], None] = lambda _: None
+def load_startup_files(force_path: str | None, fallback_path: str | None
                        ) -> tuple[StartupConfigs, list[ConfigProblem]]:
-    """Read both files; one that cannot be read, fails the schema or ``check`` (the relay's own sections)
+    """Read both files; one that cannot be read or fails the schema (the relay's own sections included)
     is left out and returned as a problem instead of stopping cri-resmgr."""
     files: dict[str, ConfigFile | None] = {FORCE: None, FALLBACK: None}
     problems: list[ConfigProblem] = []
@@ -159,8 +158,7 @@ def load_startup_files(force_path: str | None, fallback_path: str | None,
             continue
         try:
             file = read_config_file(path)
-            check(file)
-        except (ConfigError, ValueError) as err:  # SettingsError is a ValueError too
+        except ConfigError as err:
             problems.append(ConfigProblem(label, path, str(err)))
             continue
         files[label] = file

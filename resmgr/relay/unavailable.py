@@ -2,13 +2,20 @@
 
 Used by the splice transport, which has no upstream connection to copy frames from: it
 speaks just enough HTTP/2 (via the h2 library) to answer every call with a clear status
-and message, then lets the client reconnect.
+and message, then says GOAWAY and hangs up, so that the client's next connection tries the
+runtime again.
+
+The answering connection lives for a fixed time, not until the client is idle: kubelet keeps one
+connection and calls on it at least once a second (PLEG's relist), so an idle timeout never ended
+it. Found on the landscape: containerd, restarted by gardener-node-agent, served again 0.2 s later,
+but kubelet's calls were answered UNAVAILABLE for 5 minutes and the node went NotReady.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import time
 
 import h2.config
 import h2.connection
@@ -23,15 +30,27 @@ log = logging.getLogger(__name__)
 UNAVAILABLE = "14"
 
 
-def answer_unavailable(client: socket.socket, reason: str, metrics: RelayMetrics, timeout: float = 5.0) -> None:
-    """Serve ``client`` until it closes or stays idle for ``timeout`` s, failing every call with ``reason``."""
+# How long one answering connection lives. Short, because the runtime may be back any moment (a
+# restarted containerd serves within a second); long enough that a client retrying at once does not
+# make the relay accept a connection per call.
+ANSWER_LIFETIME = 1.0
+
+
+def answer_unavailable(client: socket.socket, reason: str, metrics: RelayMetrics,
+                       lifetime: float = ANSWER_LIFETIME) -> None:
+    """Fail every call on ``client`` with ``reason`` for ``lifetime`` s (or until the client closes), then
+    send GOAWAY and close the connection."""
     conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=False, header_encoding=None))
     conn.initiate_connection()
-    client.settimeout(timeout)
+    deadline = time.monotonic() + lifetime
     try:
         client.sendall(conn.data_to_send())
-        while True:
-            data = client.recv(65536)
+        while (remaining := deadline - time.monotonic()) > 0:
+            client.settimeout(remaining)
+            try:
+                data = client.recv(65536)
+            except TimeoutError:
+                break
             if not data:
                 return
             for event in conn.receive_data(data):
@@ -49,6 +68,9 @@ def answer_unavailable(client: socket.socket, reason: str, metrics: RelayMetrics
                 elif isinstance(event, h2.events.ConnectionTerminated):
                     return
             client.sendall(conn.data_to_send())
+        conn.close_connection()  # GOAWAY (NO_ERROR): the client reconnects, and the relay tries the runtime again
+        client.settimeout(1.0)
+        client.sendall(conn.data_to_send())
     except (OSError, h2.exceptions.ProtocolError) as err:
         log.debug("unavailable responder: %s", err)
     finally:

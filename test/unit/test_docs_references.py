@@ -22,9 +22,12 @@ from resmgr.config.schema import ALIAS_POLICIES
 from resmgr.policy.registry import available_policies
 
 ROOT = Path(__file__).resolve().parents[2]
-# Paths in Gardener's own repository, cited as sources by the doc that compares us with current Gardener.
+# Paths in Gardener's own repository, cited as sources by the docs that compare us with current Gardener or
+# follow its contracts.
 GARDENER_PATHS = {ROOT / "docs/development/current-gardener.md": {"docs/development/priority-classes.md",
-                                                                  "docs/operations/network_policies.md"}}
+                                                                  "docs/operations/network_policies.md"},
+                  ROOT / "docs/usage/alerts.md": {"docs/extensions/logging-and-monitoring.md",
+                                                  "docs/monitoring/alerting.md"}}
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)

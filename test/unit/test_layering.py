@@ -138,6 +138,57 @@ def test_the_check_sees_a_loop_and_an_upward_import(tmp_path: Path) -> None:
     ]
 
 
+# A policy's placements are its own (resmgr.model.state.PolicyState, read and written by the policy): nothing
+# outside resmgr/policy assigns, deletes or mutates ``<policy>.containers``/``<policy>.grants``, and the manager
+# calls the policy's declared methods instead of probing it with getattr.
+_MUTATORS = {"clear", "pop", "popitem", "update", "setdefault", "__setitem__", "__delitem__"}
+
+
+def _on_policy(node: ast.AST) -> bool:
+    """``node`` is ``<something naming a policy>.containers`` or ``.grants``."""
+    return (isinstance(node, ast.Attribute) and node.attr in ("containers", "grants")
+            and "policy" in ast.unparse(node.value).lower())
+
+
+def policy_state_intrusions(root: Path) -> list[str]:
+    """Places outside resmgr/policy that change a policy's containers/grants, or getattr a policy in the manager."""
+    found: list[tuple[str, int, str]] = []
+    for path in sorted((root / "resmgr").rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[1] == "policy":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[ast.AST] = []
+            if isinstance(node, ast.Assign | ast.Delete):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+                targets = [node.target]
+            hit = any(_on_policy(t) or (isinstance(t, ast.Subscript) and _on_policy(t.value)) for t in targets)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                hit |= node.func.attr in _MUTATORS and _on_policy(node.func.value)
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                    and rel.parts[1] == "manager" and node.args and "policy" in ast.unparse(node.args[0]).lower()):
+                hit = True
+            if hit:
+                found.append((str(rel), node.lineno, ast.unparse(node)[:80]))
+    return [f"{rel}:{line}: {text}" for rel, line, text in sorted(found)]
+
+
+def test_nothing_outside_a_policy_changes_its_placements_or_probes_it() -> None:
+    assert policy_state_intrusions(REPO) == []
+
+
+def test_the_placement_check_sees_each_kind_of_intrusion(tmp_path: Path) -> None:
+    (tmp_path / "resmgr" / "manager").mkdir(parents=True)
+    (tmp_path / "resmgr" / "policy").mkdir(parents=True)
+    (tmp_path / "resmgr" / "policy" / "base.py").write_text("self.policy.grants.clear()\n")  # a policy's own
+    (tmp_path / "resmgr" / "manager" / "m.py").write_text(
+        "self.policy.containers.clear()\npolicy.grants = {}\ndel rm.policy.grants[k]\n"
+        "getattr(self.policy, 'cold_starts', None)\nself.containers.clear()\n")
+    assert [line.split(": ")[0] for line in policy_state_intrusions(tmp_path)] == [
+        "resmgr/manager/m.py:1", "resmgr/manager/m.py:2", "resmgr/manager/m.py:3", "resmgr/manager/m.py:4"]
+
+
 if __name__ == "__main__":  # python test/unit/test_layering.py [ROOT]: the check on another tree
     problems = violations(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO)
     print("\n".join(problems) or "layering ok")

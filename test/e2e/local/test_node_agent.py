@@ -95,6 +95,28 @@ def installer_pod(shoot, node: str) -> str:
     return pods["items"][0]["metadata"]["name"]
 
 
+def pod_gone(shoot, name: str) -> tuple[bool, str]:
+    """The pod is gone from the API; if not, its phase, deletion mark and container states."""
+    got = shoot.run("get", "pod", name, "-o", "json", check=False)
+    if got.returncode != 0:
+        return True, "gone"
+    pod = json.loads(got.stdout)
+    states = [(c["name"], list(c.get("state", {}))) for c in pod["status"].get("containerStatuses", [])]
+    return False, (f"phase {pod['status'].get('phase')}, deletionTimestamp {pod['metadata'].get('deletionTimestamp')}, "
+                   f"containers {states}")
+
+
+def node_diagnostics(node, pod_uid: str) -> str:
+    """What kubelet, containerd and the relay logged lately: the reason a pod is stuck on this node."""
+    containers = node.node.run(["crictl", "--runtime-endpoint", shoot_ops.CONTAINERD_ENDPOINT, "ps", "-a"],
+                               check=False)
+    logs = (("kubelet.service", 60, pod_uid), ("kubelet.service", 30, None), ("containerd.service", 40, None),
+            (node_files.UNIT, 40, None))
+    return "\n".join([*(f"--- {unit}{f' ({grep})' if grep else ''}:\n{node.journal(unit, lines, grep)}"
+                        for unit, lines, grep in logs),
+                      f"--- crictl ps -a (containerd):\n{containers.stdout}{containers.stderr[-500:]}"])
+
+
 def test_the_installer_lives_with_gardener_node_agent(target, inside, tmp_path):
     land = inside
     target.create()
@@ -138,8 +160,11 @@ def test_the_installer_lives_with_gardener_node_agent(target, inside, tmp_path):
     wait_until("kubelet on the relay", shoot_ops.installed_check(runner), 120, 1)
     assert pod_state(shoot, "lives-with-node-agent") == before, "a pod was lost or restarted"
     shoot.run("delete", "pod", "lives-with-node-agent", "--wait=false")
-    wait_until("the first pod gone (its CPUs free for the next)", lambda: (
-        shoot.run("get", "pod", "lives-with-node-agent", check=False).returncode != 0, "still there"), 300, 1)
+    try:
+        wait_until("the first pod gone (its CPUs free for the next)",
+                   lambda: pod_gone(shoot, "lives-with-node-agent"), 300, 1)
+    except TimeoutError as err:
+        raise AssertionError(f"{err}\n{node_diagnostics(node, before[0])}") from err
     shoot.run("apply", "-f", "-", input=json.dumps(guaranteed_pod("after-containerd-restart", node.name)))
     pod = wait_pod_running(shoot, "after-containerd-restart")
     mine, _ = exclusive_cpus(node, pod)

@@ -98,12 +98,18 @@ def test_reconcile_deploys_secret_and_managed_resource(seed, operator):
     assert scrape["spec"]["authorization"]["credentials"]["name"] == "shoot-access-prometheus-shoot"
     dashboards = by_kind(seed_objs, "ConfigMap")["extension-cri-resmgr-dashboards"]
     assert dashboards["metadata"]["labels"] == {"dashboard.monitoring.gardener.cloud/shoot": "true"}
-    # The seed side is accepted by a real kube-apiserver with Gardener's ScrapeConfig CRD.
+    [rule] = by_kind(seed_objs, "PrometheusRule").values()
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"] == {"prometheus": "shoot"} and rule["metadata"]["namespace"] == ns
+    assert {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]} >= {
+        "CriResmgrRelayDown", "CriResmgrKubeletBypassesRelay", "CriResmgrInstallerNotReady", "CriResmgrConfigRefused",
+        "CriResmgrPlacementsUnpinned", "CriResmgrRelayErrors"}
+    # The seed side is accepted by a real kube-apiserver with Gardener's ScrapeConfig and PrometheusRule CRDs.
     import yaml
 
     seed_manifest = "\n---\n".join(yaml.safe_dump(o) for o in seed_objs)
     r = seed.seed_api.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=seed_manifest)
-    assert r.stdout.count("(server dry run)") == len(seed_objs) == 2
+    assert r.stdout.count("(server dry run)") == len(seed_objs) == 3
 
     # Everything rendered for the shoot is accepted by a real kube-apiserver.
     manifest = "\n---\n".join(yaml.safe_dump(o) for o in objs)

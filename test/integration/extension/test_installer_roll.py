@@ -1,6 +1,6 @@
 """How many nodes the installer DaemonSets roll at once: install one node at a time, uninstall
 (disable, and the cleanup DaemonSet for nodes outside the selection) installer.uninstallMaxUnavailable,
-default 50% (README "How a node stays safe": 100 nodes in about two per-node uninstall times)."""
+default 50% (docs/operations/node-safety.md: 100 nodes in about two per-node uninstall times)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def test_memory_type_and_cold_start_reach_the_cgroups(node_factory) -> None:
         sent.extend(updates)
         node.relay.interceptor.apply_updates(updates, why)
 
-    node.rm.set_update_sender(send)
+    node.rm.outbox.bind(send)
     pm = node.run("pm", "guaranteed", annotations={f"{MT}/pod": "pmem"})
     cold = node.run("cold", "burstable", annotations={f"{CS}/pod": "duration: 2s"})
     assert node.rm.placements()[pm][1] == "0" and node.containerd.cgroup_mems(pm) == "0"

@@ -188,6 +188,43 @@ def test_runtime_down_gives_clear_unavailable_and_recovers(containerd, inproc_re
         pump.stop()
 
 
+def test_a_client_calling_every_second_on_one_connection_finds_the_runtime_back(containerd, inproc_relay):
+    """kubelet keeps one connection and calls at least once a second (PLEG). The relay's "runtime unavailable"
+    answer must not keep that connection forever: found on the landscape, where containerd restarted by
+    gardener-node-agent was back in 0.2 s, but kubelet's calls were answered UNAVAILABLE for 5 minutes (the
+    answering connection ended only after 5 s without a call) and the node went NotReady."""
+    pump_path = str(Path(containerd.socket).parent / "pump-kubelet.sock")
+    pump = SocketPump(pump_path, containerd.socket).start()
+    relay = inproc_relay(runtime_socket=pump_path)
+    try:
+        with grpc.insecure_channel(relay.endpoint) as channel:  # one channel, as kubelet's
+            version = channel.unary_unary(RUNTIME + "Version")
+
+            def call() -> tuple[grpc.StatusCode, str]:
+                try:
+                    version(b"", timeout=5)
+                except grpc.RpcError as err:
+                    return err.code(), err.details() or ""
+                return grpc.StatusCode.OK, ""
+
+            assert call()[0] == grpc.StatusCode.OK
+            pump.stop()
+            seen = [call() for _ in range(1)]
+            while "is unavailable" not in seen[-1][1] and len(seen) < 300:
+                threading.Event().wait(0.1)
+                seen.append(call())
+            assert "is unavailable" in seen[-1][1], seen[-5:]
+            pump = SocketPump(pump_path, containerd.socket).start()
+            # Calls keep coming ten times a second on the same channel, as kubelet's would.
+            after = [call()]
+            while after[-1][0] != grpc.StatusCode.OK and len(after) < 300:
+                threading.Event().wait(0.1)
+                after.append(call())
+            assert after[-1][0] == grpc.StatusCode.OK, f"{len(after)} calls after the runtime came back: {after[-3:]}"
+    finally:
+        pump.stop()
+
+
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(method=st.sampled_from(INTERCEPTED_METHODS), payload=st.binary(max_size=64))
 def test_fuzz_intercepted_methods_against_real_runtime(containerd, relay_ep, method, payload):

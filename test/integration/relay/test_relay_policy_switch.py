@@ -13,7 +13,7 @@ from fixtures.cri_objects import make_container_config, make_pod_config, write_j
 from integration.relay.test_relay_concurrency import start_pod
 
 from devland.waiting import eventually
-from resmgr.config import validate_config_text
+from resmgr.config import check_config_text, validate_config_text
 from resmgr.configplane.rm_applier import ResourceManagerApplier
 from resmgr.manager.resource_manager import ResourceManager
 from resmgr.topology import discover_topology
@@ -57,7 +57,7 @@ def test_live_switch_moves_running_containers_and_back(containerd, inproc_relay,
     pids = {ks: pid(ks), app: pid(app)}
     assert containerd.cgroup_cpuset(ks) == "0"  # topology-aware: kube-system on the reserved CPU
     for config, policy, ks_cpus in ((BALLOONS, "balloons", "1"), (TOPOLOGY_AWARE, "topology-aware", "0")):
-        assert applier.apply_config(validate_config_text(config), f"switch to {policy}") is None
+        assert applier.apply_config(check_config_text(config).sections, f"switch to {policy}") is None
         assert rm.policy.name == policy
         assert eventually(cgroups_follow_policy, timeout=60), {c: containerd.cgroup_cpuset(c) for c in (ks, app)}
         assert containerd.cgroup_cpuset(ks) == ks_cpus

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
+import yaml
 from unit.extension.fake_api import FakeApis
 
 import noderecord
@@ -105,6 +107,12 @@ def test_reconcile_deploys_both_components_and_is_idempotent(apis: FakeApis, act
     secret = secret_of(apis)
     assert detail.startswith("Deployed ") and detail.endswith(f"via secret {secret}")
     assert apis.object("secrets", NS, secret) is not None
+    # The seed MR carries the ScrapeConfig, our PrometheusRule and the dashboard.
+    data = apis.object("secrets", NS, secret_of(apis, c.MONITORING_MANAGED_RESOURCE_NAME))["data"]
+    seed_objs = [o for v in data.values() for o in yaml.safe_load_all(base64.b64decode(v))]
+    assert sorted(o["kind"] for o in seed_objs) == ["ConfigMap", "PrometheusRule", "ScrapeConfig"]
+    [rule] = [o for o in seed_objs if o["kind"] == "PrometheusRule"]
+    assert rule["metadata"]["namespace"] == NS and rule["metadata"]["labels"] == {"prometheus": "shoot"}
     writes = len(apis.store.calls)
     assert actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster()).detail == detail
     # The same content keeps the same secret: no new secret, only the ManagedResources are patched again.

@@ -278,3 +278,26 @@ def test_force_config_wins_and_the_agent_stays_ready(env):
     assert env.pusher.health("config-status") == ""
     env.later()
     assert env.pusher.pushes == 1  # not pushed again while the ConfigMap is unchanged
+
+
+def test_a_configmap_is_checked_once_however_often_its_push_is_retried(env, monkeypatch):
+    """The agent's schema check is per ConfigMap content: retries of an undelivered push reuse its verdict."""
+    import resmgr.agent.controller as controller
+
+    checks: list[str] = []
+    real = controller.check_config_sections
+
+    def counting(data, *, source=""):
+        checks.append(source)
+        return real(data, source=source)
+
+    monkeypatch.setattr(controller, "check_config_sections", counting)
+    env.stop_server()
+    env.set_cm(DEFAULT, "1", policy=reserved("0"))
+    delay = env.pusher.reconcile()
+    for _ in range(3):
+        delay = env.later(delay + 1)
+    assert env.pusher.pushes == 4 and len(checks) == 1
+    env.set_cm(DEFAULT, "2", policy=reserved("1"))  # new content: checked again
+    env.later(delay + 1)
+    assert len(checks) == 2

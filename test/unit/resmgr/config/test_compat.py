@@ -4,11 +4,14 @@ is one the policy's code reads (an ignored one is not), so neither the tables no
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 from pathlib import Path
 
 import pytest
 
+from resmgr.config import sections
 from resmgr.config.compat import (
     IGNORED,
     IMPLEMENTED,
@@ -66,11 +69,26 @@ def test_every_schema_field_and_upstream_flag_has_a_row() -> None:
 
 POLICY_CODE = {"topology-aware": "topology_aware.py", "balloons": "balloons.py", "static": "static.py",
                "podpools": "podpools.py", "dynamic-pools": "dynamic_pools.py", "static-pools": "static_pools.py"}
+# The typed section each policy takes (resmgr.config.sections): where most of its fields are read now.
+POLICY_SECTION = {"topology-aware": sections.TopologyAwareSection, "balloons": sections.BalloonsSection,
+                  "podpools": sections.PodpoolsSection, "dynamic-pools": sections.DynamicPoolsSection,
+                  "static-pools": sections.StaticPoolsSection}
+LISTS = ("balloon_types", "pools", "pool_types", "raw")  # validated entries the policy reads by key
 
 
 @pytest.mark.parametrize("policy", sorted(POLICY_CODE))
 def test_implemented_policy_fields_are_read_by_the_policy(policy: str) -> None:
-    code = (ROOT / "resmgr" / "policy" / POLICY_CODE[policy]).read_text()
+    """A field called implemented is read by the policy or by its typed section, and every typed option
+    of that section is used by the policy; an ignored field is read by neither."""
+    policy_code = (ROOT / "resmgr" / "policy" / POLICY_CODE[policy]).read_text()
+    code = policy_code
+    section = POLICY_SECTION.get(policy)
+    if section is not None:
+        code += inspect.getsource(section)
+        for option in dataclasses.fields(section):
+            if option.name not in LISTS:
+                assert f".{option.name}" in policy_code, (f"{section.__name__}.{option.name} is never read by "
+                                                          f"resmgr/policy/{POLICY_CODE[policy]}")
     for row in field_rows():
         m = re.fullmatch(rf"policy\.{re.escape(policy)}\.(?:\w+\[\]\.)?(\w+)", row.name)
         if not m or m.group(1) in ("BalloonTypes", "Pools", "DynamicPoolTypes"):

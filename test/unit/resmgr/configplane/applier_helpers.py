@@ -16,10 +16,10 @@ class RecordingApplier:
         self.fail_containers: set[str] = set()
 
     def apply_config(self, config, source, *, forced=False):
-        wanted = config.get("policy", {}).get("Active", "none")
+        wanted = config.policy.active
         if wanted != self.policy:
             return f"switching the active policy from {self.policy!r} to {wanted!r} at runtime is not supported"
-        self.applied.append((config, source, forced))
+        self.applied.append((config.raw, source, forced))
         return None
 
     def list_containers(self):

@@ -86,6 +86,27 @@ def test_wrong_node_is_refused():
     assert "this cri-resmgr runs on 'n1'" in plane.set_config("n2", GOOD)
 
 
+def test_refused_agent_configs_are_counted_but_not_the_refusals_of_a_disabled_agent(tmp_path: Path):
+    """on_agent_refused feeds cri_resmgr_config_errors_total{source="agent"}: a config the node could not use
+    (wrong node, invalid, not applicable) counts; the agent being disabled by --force-config is the operator's
+    choice, and a SIGHUP reload of the force file is counted by its caller."""
+    refused: list[str] = []
+    plane = ConfigPlane(RecordingApplier(), node_name="n1", on_agent_refused=refused.append)
+    assert plane.set_config("n1", GOOD, "good") == ""
+    assert refused == []
+    plane.set_config("n2", GOOD, "wrong node")
+    plane.set_config("n1", {"policy": "Active: [unclosed"}, "bad")
+    plane.set_config("n1", {"policy": "Active: static\n"}, "not applicable")  # the applier refuses it
+    assert len(refused) == 3 and "invalid YAML" in refused[1] and "switching the active policy" in refused[2]
+
+    force = tmp_path / "force.cfg"
+    force.write_text("policy: [broken\n")
+    forced = ConfigPlane(RecordingApplier(), force_config=str(force), on_agent_refused=refused.append)
+    assert "--force-config" in forced.set_config("", GOOD, "agent")
+    assert "invalid YAML" in forced.reload_force_config()
+    assert len(refused) == 3
+
+
 def test_force_config_disables_the_agent_and_reloads_on_request(tmp_path: Path):
     force = tmp_path / "force.cfg"
     force.write_text("policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: cpuset:1\n")

@@ -6,7 +6,7 @@ import pytest
 from unit.resmgr.policy.upstream_topologies import n4c16
 from unit.resmgr.policy_helpers import ctr, guaranteed, policy_from_yaml
 
-from resmgr.config import ConfigError, validate_config_text
+from resmgr.config import ConfigError, check_config_text
 from resmgr.policy.base import resolve_cpu_resources
 from resmgr.topology import Topology, parse_cpuset
 
@@ -49,10 +49,11 @@ def test_available_resources_from_a_cgroup_below_the_mount(tmp_path) -> None:
     (mount / "kubepods.slice").mkdir(parents=True)
     (mount / "cgroup.controllers").write_text("cpuset cpu\n")
     (mount / "kubepods.slice" / "cpuset.cpus").write_text("4-13\n")
-    config = validate_config_text("policy:\n  Active: topology-aware\n  AvailableResources:\n"
-                                  "    cpu: /kubepods.slice\n  ReservedResources:\n    cpu: 2250m\n")
-    res = resolve_cpu_resources(config, n4c16(), sysfs_root=tmp_path)
+    config = check_config_text("policy:\n  Active: topology-aware\n  AvailableResources:\n"
+                               "    cpu: /kubepods.slice\n  ReservedResources:\n    cpu: 2250m\n")
+    res = resolve_cpu_resources(config.sections.policy, n4c16(), sysfs_root=tmp_path)
     assert res.available == set(range(4, 14)) and res.reserved == {4, 5, 6}
     with pytest.raises(ConfigError, match="cgroup '/nope' has no cpuset.cpus"):
-        resolve_cpu_resources(validate_config_text(
-            "policy:\n  Active: static\n  AvailableResources:\n    cpu: cgroup:/nope\n"), n4c16(), sysfs_root=tmp_path)
+        resolve_cpu_resources(check_config_text(
+            "policy:\n  Active: static\n  AvailableResources:\n    cpu: cgroup:/nope\n").sections.policy, n4c16(),
+            sysfs_root=tmp_path)

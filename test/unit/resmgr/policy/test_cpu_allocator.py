@@ -7,7 +7,7 @@ import pytest
 from unit.resmgr.policy.upstream_topologies import n4c16
 from unit.resmgr.policy_helpers import policy_from_yaml
 
-from resmgr.config import validate_config_text
+from resmgr.config import check_config_text
 from resmgr.policy.base import resolve_cpu_resources
 from resmgr.policy.cpu_allocator import AllocationError, Prefer, take_cpus
 from resmgr.topology import Topology, format_cpuset, parse_cpuset
@@ -26,9 +26,9 @@ def take(topology: Topology, free: str, count: int, **kw) -> str:
 def test_reserved_quantity_as_upstream_topology_aware_e2e(topo: Topology) -> None:
     """upstream e2e topology-aware test05: AvailableResources cpuset:4-7,8-13 and ReservedResources 2250m
     reserve {4,5,6}: idle core 4-5, then a thread of the package already used (not {4,12,13})."""
-    config = validate_config_text("policy:\n  Active: topology-aware\n  AvailableResources:\n    cpu: cpuset:4-7,8-13\n"
-                                  "  ReservedResources:\n    cpu: 2250m\n")
-    res = resolve_cpu_resources(config, topo)
+    config = check_config_text("policy:\n  Active: topology-aware\n  AvailableResources:\n    cpu: cpuset:4-7,8-13\n"
+                               "  ReservedResources:\n    cpu: 2250m\n")
+    res = resolve_cpu_resources(config.sections.policy, topo)
     assert res.reserved == {4, 5, 6} and res.reserved_milli == 2250
     # topology-aware's reserved pool is that set
     assert policy_from_yaml(

@@ -201,7 +201,7 @@ def test_resource_manager_sends_the_update_when_the_cold_start_ends(tmp_path: Pa
     assert cid is not None
     mems = parse_cpuset(d.runtime_view()[cid][1])
     assert len(mems) == 1 and mems <= {4, 5, 6, 7}  # created on PMEM only
-    d.rm.set_update_sender(lambda updates, why: sent.extend(updates))
+    d.rm.outbox.bind(lambda updates, why: sent.extend(updates))
     assert eventually(lambda: bool(sent), timeout=30)
     assert [(u.container_id, u.reason) for u in sent] == [(cid, "cold start done")]
     assert parse_cpuset(sent[0].cpuset_mems) == mems | {next(iter(mems)) - 4}
@@ -240,7 +240,7 @@ def test_upstream_samples_apply_with_memory_tiers(name: str, alias: str, topolog
     p.allocate("plain", burstable("plain", 500))
     p.allocate("pm", guaranteed("pm", 2000, annotations={f"{MT}/pod": "pmem"}))
     plain, pm = p.placement("plain")[1], p.placement("pm")[1]
-    if p.opts["PinMemory"]:
+    if p.opts.pin_memory:
         assert plain and plain <= set(range(8)) and plain & {4, 5, 6, 7}  # DRAM + PMEM by default
         assert pm and pm <= {4, 5, 6, 7}
     else:

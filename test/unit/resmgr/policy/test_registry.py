@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from unit.resmgr.policy_helpers import burstable, ctr, guaranteed
 
-from resmgr.config import POLICY_NAMES, ConfigError, validate_config_text
+from resmgr.config import POLICY_NAMES, ConfigError, check_config_text, validate_config_text
 from resmgr.policy.registry import available_policies, create_policy, policy_class
 from resmgr.topology import Topology
 
@@ -71,3 +71,24 @@ def test_example_config_runs(path: Path, shape: str, topologies: dict[str, Topol
         policy.allocate(f"e{i}", ctr(f"e{i}", ns=ns))
     for cpus, _ in policy.placements().values():
         assert cpus is None or cpus  # a pinned container never gets an empty cpuset
+
+
+TYPED = {
+    "topology-aware": ("PinMemory: false\n    ReservedPoolNamespaces: [infra]\n",
+                       lambda p: (p.opts.pin_memory, p.opts.reserved_pool_namespaces) == (False, ("infra",))),
+    "balloons": ("PinCPU: false\n    BalloonTypes:\n      - Name: db\n",
+                 lambda p: p.pin_cpu is False and "db" in p.types),
+    "dynamic-pools": ("ReservedPoolNamespaces: [infra]\n", lambda p: p.reserved_namespaces == ["infra"]),
+    "podpools": ("PinMemory: false\n", lambda p: p.pin_memory is False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TYPED))
+def test_policies_take_their_typed_section(name: str, topologies: dict[str, Topology]) -> None:
+    """A policy reads the typed ``policy`` section of the config it is given, not the raw mapping."""
+    options, holds = TYPED[name]
+    text = f"policy:\n  Active: {name}\n  ReservedResources:\n    cpu: 2\n  {name}:\n    {options}"
+    checked = check_config_text(text)
+    policy = create_policy(checked.config, topologies["2s-2n-16c-2t"])
+    assert policy.policy_config == checked.sections.policy
+    assert holds(policy)

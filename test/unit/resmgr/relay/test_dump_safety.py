@@ -11,8 +11,9 @@ import hpack
 import pytest
 from cri_api.v1 import api_pb2
 
+from resmgr.config.dump_rules import DumpConfig, parse_dump_rules
 from resmgr.relay import dump as dump_module
-from resmgr.relay.dump import DumpConfig, Dumper, dump_path, parse_dump_rules
+from resmgr.relay.dump import Dumper, dump_path
 from resmgr.relay.hooks import NoopHook
 from resmgr.relay.interception import Interceptor
 from resmgr.relay.metrics import RelayMetrics

@@ -1,0 +1,161 @@
+"""Reconfiguration: the startup config and policy, a config applied at runtime (a policy switch, or the same
+policy carrying its allocations over), and containers re-placed for Adjustments."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from resmgr.config import ConfigError
+from resmgr.config.files import CACHE, DEFAULTS, FALLBACK, FORCE, choose_config
+from resmgr.manager.cache import CacheData
+from resmgr.manager.placement_diff import diff_placements
+from resmgr.manager.state import (
+    ManagerState,
+    RePlaced,
+    Resize,
+)
+from resmgr.model.resources import (
+    ContainerInfo,
+)
+from resmgr.policy.base import Policy, RestoreError
+from resmgr.policy.registry import active_policy_name, create_policy
+from resmgr.relay.hooks import ContainerUpdate
+
+log = logging.getLogger("resmgr.resource-manager")
+
+
+class Reconfiguration(ManagerState):
+    """Config apply, policy switch and carry-over, ``re_place``."""
+
+    def _startup_config(self, data: CacheData, fallback: dict[str, Any] | None, force: dict[str, Any] | None,
+                        disable_switch: bool) -> tuple[dict[str, Any], str]:
+        config, source = choose_config(force=force, cached=data.config, cached_source=data.config_source,
+                                       fallback=fallback)
+        wanted = active_policy_name(config)
+        if disable_switch and data.policy and data.policy != wanted:
+            log.error("policy switch from %s to %s refused (--disable-policy-switch); keeping %s",
+                      data.policy, wanted, data.policy)
+            if data.config is not None and active_policy_name(data.config) == data.policy:
+                return data.config, data.config_source or "cache"
+            return {"policy": {"Active": data.policy}}, CACHE
+        return config, source
+
+    def _startup_policy(self, config: dict[str, Any], source: str,
+                        fallback: dict[str, Any] | None) -> Policy:
+        """The policy for the startup config; a cached config that no longer fits falls back."""
+        candidates = [(config, source)]
+        if source not in (FORCE, FALLBACK, DEFAULTS):
+            # Only a cached (agent-pushed) config falls back: the agent will push again,
+            # while a bad file given on the command line must stop the start loudly.
+            if fallback is not None:
+                candidates.append((fallback, FALLBACK))
+            candidates.append(({}, DEFAULTS))
+        for i, (cfg, src) in enumerate(candidates):
+            try:
+                policy = create_policy(cfg, self.topology, sysfs_root=self.sysfs_root)
+            except ConfigError as exc:
+                if i == len(candidates) - 1:
+                    raise exc.with_source(src) from None
+                log.error("config from %s does not fit this node: %s; trying the next source", src, exc)
+                continue
+            self._startup_choice = (cfg, src)
+            return policy
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def set_config(self, config: dict[str, Any], *, source: str = "agent") -> list[ContainerUpdate]:
+        """Apply a new (already schema-validated) config at runtime.
+
+        Raises ConfigError naming the field if it is rejected; the previous config
+        stays active. Another policy is switched to live (every container re-placed, the
+        result persisted), unless ``--disable-policy-switch`` was given: then it is refused.
+        """
+        with self._lock:
+            if self.forced:
+                raise ConfigError("<document>", "a forced config (--force-config) is in effect; "
+                                                "configuration updates are ignored", source=source)
+            return self._decided(self._apply(config, source))
+
+    def reconfigure(self, config: dict[str, Any], source: str = FORCE) -> list[ContainerUpdate]:
+        """SIGHUP: apply the re-read ``--force-config`` (same rules as set_config, never refused as forced)."""
+        with self._lock:
+            return self._decided(self._apply(config, source))
+
+    def _apply(self, config: dict[str, Any], source: str) -> list[ContainerUpdate]:
+        wanted = active_policy_name(config)
+        switching = wanted != self.policy.name
+        if switching and self.disable_policy_switch:
+            raise ConfigError("policy.Active",
+                              f"switching the active policy from {self.policy.name!r} to {wanted!r} is disabled "
+                              f"(--disable-policy-switch); {self.policy.name!r} stays active", source=source)
+        try:
+            policy = create_policy(config, self.topology, sysfs_root=self.sysfs_root)
+            self.controllers.configure(config)  # a Required controller that cannot apply it refuses the config
+        except ConfigError as exc:
+            raise exc.with_source(source) from None
+        old = self.policy.placements()
+        live = dict(self.policy.containers)
+        if switching:
+            # A live switch: every container (pending reservations too) is placed again by the new
+            # policy; the diff below moves their cgroups through the ordered update path.
+            log.info("switching policy from %s to %s at runtime: re-placing %d containers", self.policy.name,
+                     wanted, len(live))
+            for cid, c in live.items():
+                policy.allocate(cid, c)
+        else:
+            self._carry_over(policy, live)
+        self.policy = policy
+        self._mutations += 1
+        self.config, self.config_source = config, source
+        if not self.forced:
+            self._cached_config = (config, source)
+        self.save()
+        for cid in self._running_ids():  # new class definitions apply to running containers too (upstream)
+            self._apply_container_classes(cid)
+        log.info("applied config from %s (policy %s)", source, policy.name)
+        return diff_placements(old, policy.placements(), reason="config changed")
+
+    def _carry_over(self, policy: Policy, live: dict[str, ContainerInfo]) -> None:
+        """Same policy, new config: keep the allocations that still fit, re-allocate if they do not."""
+        try:
+            policy.restore_state(self.policy.export_state(), live)
+            for cid, c in live.items():
+                if cid not in policy.grants and policy.name != "none":
+                    policy.allocate(cid, c)
+        except RestoreError as exc:
+            log.info("allocations do not fit the new config (%s); re-allocating", exc)
+            policy.state.clear()
+            for cid, c in live.items():
+                policy.allocate(cid, c)
+
+    def re_place(self, resize: Mapping[str, Resize | None], *, reason: str) -> RePlaced:
+        """Let the policy place containers again with other resources: release, allocate, save, diff, under the lock.
+
+        For each container id, ``resize`` maps the container's own resources to what the policy should
+        see (None: its own). A container the policy cannot place that way goes back to its own resources
+        and its error is returned; ids that are not running are listed as missing. The returned updates
+        move every container whose placement changed.
+        """
+        result = RePlaced()
+        with self._lock:
+            old = self.policy.placements()
+            changed = False
+            for cid in sorted(resize):
+                own = self.containers.get(cid)
+                if own is None or cid not in self.policy.containers:
+                    result.missing.append(cid)
+                    continue
+                change = resize[cid]
+                try:
+                    changed |= self._place(cid, own if change is None else change(own))
+                except Exception as exc:  # the policy could not place it: put the container back as it was
+                    log.error("re-placing %s failed: %s", cid, exc)
+                    result.errors[cid] = f"the {self.policy.name} policy could not apply it: {exc}"
+                    self._place(cid, own, always=True)
+                    changed = True
+            if changed:
+                self._mutations += 1
+                self.save()
+            result.updates = self._decided(diff_placements(old, self.policy.placements(), reason=reason))
+        return result
