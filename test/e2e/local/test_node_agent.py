@@ -1,5 +1,5 @@
 """The installer lives with the real gardener-node-agent (issue 25 item 3), on the local landscape, whose nodes
-node-agent brings up from their OperatingSystemConfig Secrets (fixtures/landscape/osc.py):
+node-agent brings up from their OperatingSystemConfig Secrets (devland/osc.py):
 
 * an in-place OSC change of kubelet's config: node-agent rewrites kubelet.service, removes
   ``kubelet.service.d`` whole (our guard with it), daemon-reloads and restarts kubelet. The supervisor
