@@ -28,7 +28,12 @@ from extension.gardener.cluster import ClusterInfo
 from extension.gardener.kube import Apis
 from extension.installation import INSTALL, UNINSTALL, Installation, InstallationValues
 from extension.monitoring import Monitoring
-from extension.provider_config import ProviderConfig, check_worker_pools, parse_provider_config
+from extension.provider_config import (
+    ProviderConfig,
+    check_pool_configs,
+    check_worker_pools,
+    parse_provider_config,
+)
 from extension.webhook_certs import CARotation
 
 log = logging.getLogger("extension.actuator")
@@ -160,7 +165,8 @@ class Actuator:
         ns = extension["metadata"]["namespace"]
         # Validate first even when hibernated: a bad config is reported early either way.
         pc = self.provider_config(extension)
-        pools = check_worker_pools(pc.worker_pools, list(cluster.worker_pools))
+        pools = [*check_worker_pools(pc.worker_pools, list(cluster.worker_pools)),
+                 *check_pool_configs(pc.configs, list(cluster.worker_pools))]
         base = self.base_configs()  # the one read of the ConfigMap in this reconcile
         split = self.configs(pc, base)  # and the one validation
         warnings = (*pools, *split.notes)

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from extension.errors import ConfigurationError
+from resmgr.agent.selection import pool_name_problem
 
 STATIC_KEYS = ("fallback", "force", "EXTRA_OPTIONS")
 DEFAULT_KEY = "default"
@@ -30,8 +31,8 @@ class SplitConfigs:
     """Configs ready for the installation chart.
 
     ``static`` maps fallback/force/EXTRA_OPTIONS to their text (files on the node).
-    ``dynamic`` maps default/node.X/group.X to {section: section YAML}, the
-    ConfigMap form cri-resource-manager's agent reads.
+    ``dynamic`` maps default/node.X/pool.X/group.X to {section: section YAML}, the
+    ConfigMap form the agent reads (resmgr.agent.selection).
     """
 
     static: dict[str, str] = field(default_factory=dict)
@@ -55,13 +56,19 @@ def classify(name: str, *, where: str) -> str:
     if name == DEFAULT_KEY:
         return "dynamic"
     kind, dot, rest = name.partition(".")
+    if dot and kind == "pool":
+        # The agent's own rule: a pool config accepted here is one a node of that pool looks for.
+        problem = pool_name_problem(rest)
+        if problem:
+            raise ConfigurationError(where, problem)
+        return "dynamic"
     if dot and kind in ("node", "group"):
         if not _NAME.match(rest) or len(rest) > _MAX_SUFFIX:
             raise ConfigurationError(where, f"{kind} name {rest!r} must be a lowercase DNS name "
                                             "(it becomes part of a ConfigMap name)")
         return "dynamic"
     raise ConfigurationError(where, "unknown config name; expected one of fallback, force, EXTRA_OPTIONS, "
-                                    "default, node.<NODE>, group.<GROUP>")
+                                    "default, node.<NODE>, pool.<POOL>, group.<GROUP>")
 
 
 def validate_extra_options(text: str, *, where: str) -> str:

@@ -110,3 +110,15 @@ def check_worker_pools(pools: tuple[str, ...], shoot_pools: list[str], *,
     have = ", ".join(shoot_pools) or "none"
     return [f"{where}[{i}]: worker pool {pool!r} does not exist in the shoot (pools: {have}); it selects no node"
             for i, pool in enumerate(pools) if pool not in shoot_pools]
+
+
+def check_pool_configs(configs: dict[str, str], shoot_pools: list[str], *,
+                       where: str = "providerConfig.configs") -> list[str]:
+    """Warnings for the shoot's pool.<POOL> configs whose pool the shoot does not have (any more).
+
+    Not an error, as for workerPools: the ConfigMap is deployed and waits for a node of that pool.
+    """
+    have = ", ".join(shoot_pools) or "none"
+    pools = sorted(name.partition(".")[2] for name in configs if name.startswith("pool."))
+    return [f"{where}.pool.{pool}: worker pool {pool!r} does not exist in the shoot (pools: {have}); "
+            "no node gets this config" for pool in pools if pool not in shoot_pools]

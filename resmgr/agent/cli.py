@@ -36,11 +36,13 @@ log = logging.getLogger("resmgr.agent")
 DESCRIPTION = """\
 cri-resmgr-agent runs as a DaemonSet in the shoot. It watches, in the namespace
 kube-system, the ConfigMaps cri-resmgr-config.node.$NODE_NAME,
-cri-resmgr-config.group.$GROUP (GROUP is the node's label
-cri-resource-manager.intel.com/group) and cri-resmgr-config.default, in that order
-of precedence: the first that exists is the node's config (ConfigMaps are not
-merged). Each data key is a config section (policy, logger, dump, ...) whose value
-is that section's YAML.
+cri-resmgr-config.pool.$POOL (POOL is the node's label worker.gardener.cloud/pool,
+set by Gardener), cri-resmgr-config.group.$GROUP (GROUP is the node's label
+cri-resource-manager.intel.com/group, set by hand) and cri-resmgr-config.default,
+in that order of precedence (node > pool > group > default): the first that exists
+is the node's config (ConfigMaps are not merged), and a label change moves the node
+to another one. Each data key is a config section (policy, logger, dump, ...) whose
+value is that section's YAML.
 
 The config is validated with cri-resmgr's schema and pushed to the local
 cri-resmgr over its config socket: at most once per --min-push-interval, retried

@@ -23,8 +23,11 @@ from typing import Any, Protocol
 from resmgr.agent.selection import (
     CONFIG_MAP_PREFIX,
     GROUP_LABEL,
+    POOL_LABEL,
     Selection,
     node_group,
+    node_pool,
+    pool_name_problem,
     select_config,
 )
 from resmgr.config import ConfigError, check_config_sections
@@ -119,11 +122,16 @@ class AgentState:
             return
         labels = {} if kind == "DELETED" else dict(node["metadata"].get("labels") or {})
         with self.lock:
-            old_group = node_group(self.node_labels)
+            old_group, old_pool = node_group(self.node_labels), node_pool(self.node_labels)
             self.node_labels = labels
             self.node_seen = kind != "DELETED"
         if node_group(labels) != old_group:
             log.info("node group label %s changed: %r -> %r", GROUP_LABEL, old_group, node_group(labels))
+        pool = node_pool(labels)
+        if pool != old_pool:
+            log.info("node worker pool label %s changed: %r -> %r", POOL_LABEL, old_pool, pool)
+            if pool and pool_name_problem(pool):
+                log.warning("no pool config applies to this node: %s", pool_name_problem(pool))
         self.changed.set()
 
     # Adjustments ----------------------------------------------------------------------------
@@ -274,8 +282,8 @@ class Pusher:
         if not error:
             self._last_push = self.clock()
             self.pushes += 1
-            log.info("pushing %s (resourceVersion %s) to cri-resmgr", selection.source,
-                     selection.resource_version, extra={"configmap": selection.name})
+            log.info("pushing %s (resourceVersion %s; %s) to cri-resmgr", selection.source,
+                     selection.resource_version, selection.reason, extra={"configmap": selection.name})
             error = self.target.set_config(self.state.node, selection.data, selection.source)  # may raise PushError
         error = one_line(error) if error else ""
         applied = not error

@@ -55,6 +55,12 @@ def config_annotations(selection: Selection | None, error: str, info: str = "", 
             CONFIG_WARNING_ANNOTATION: f"{source}: {warning}" if warning else None}
 
 
+def event_subject(selection: Selection) -> str:
+    """The ConfigMap as Events name it: which one, which version, and why it is this node's."""
+    why = f"; {selection.reason}" if selection.reason else ""
+    return f"{selection.source} (resourceVersion {selection.resource_version}{why})"
+
+
 def adjustment_status_patch(node: str, result: Mapping[str, Any], current: Mapping[str, Any] | None
                             ) -> dict[str, Any]:
     """Merge patch for ``status.nodes[node].errors``: new errors set, stale ones removed."""
@@ -102,7 +108,7 @@ class KubeReporter:
             log.error("cannot annotate node %s: HTTP %s %s", self.node, exc.status, exc.reason)
         if selection is None:
             return
-        what = f"{selection.source} (resourceVersion {selection.resource_version})"
+        what = event_subject(selection)
         if error:
             self._event("ConfigRejected", f"{what} was not applied; the previous config stays active: {error}", True)
         elif not applied:

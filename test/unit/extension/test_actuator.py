@@ -98,6 +98,16 @@ def test_hibernated_shoot_is_validated_but_gets_nothing(apis: FakeApis) -> None:
                            cluster(hibernated=True))
 
 
+def test_a_pool_config_for_a_missing_pool_is_a_warning(apis: FakeApis) -> None:
+    actuator = make_actuator(apis)  # hibernated: validated, nothing rendered
+    result = actuator.reconcile(extension(provider_config(**{"pool.pool-a": FALLBACK, "pool.gone": FALLBACK})),
+                                cluster(hibernated=True))
+    assert result.warnings == ("providerConfig.configs.pool.gone: worker pool 'gone' does not exist in the shoot "
+                               "(pools: pool-a); no node gets this config",)
+    with pytest.raises(ConfigurationError, match="pool name 'Pool_A' is a label value"):
+        actuator.reconcile(extension(provider_config(**{"pool.Pool_A": FALLBACK})), cluster(hibernated=True))
+
+
 def test_reconcile_deploys_both_components_and_is_idempotent(apis: FakeApis, actuator: Actuator) -> None:
     detail = actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster()).detail
     runtime, monitoring = apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME), \

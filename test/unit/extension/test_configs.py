@@ -17,7 +17,8 @@ def test_shoot_wins_per_key():
 
 @pytest.mark.parametrize("name,kind", [("fallback", "static"), ("force", "static"), ("EXTRA_OPTIONS", "static"),
                                        ("default", "dynamic"), ("node.worker-1", "dynamic"),
-                                       ("group.db.nodes", "dynamic")])
+                                       ("group.db.nodes", "dynamic"), ("pool.worker-a", "dynamic"),
+                                       ("pool." + "a" * 63, "dynamic")])
 def test_classify(name, kind):
     assert classify(name, where="x") == kind
 
@@ -27,6 +28,31 @@ def test_classify_rejects_unknown_or_bad_names(name):
     with pytest.raises(ConfigurationError) as e:
         classify(name, where=f"configs.{name}")
     assert e.value.field == f"configs.{name}"
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("pool.", "is empty"),
+    ("pool." + "a" * 64, "64 characters; a label value has at most 63"),
+    ("pool.a b", "not a valid label value"),
+    ("pool.Pool_A", "cannot be part of the ConfigMap name cri-resmgr-config.pool.Pool_A"),
+])
+def test_pool_names_are_checked_as_label_values(name, needle):
+    """A pool config's name is the value of the node label worker.gardener.cloud/pool, and part of a ConfigMap
+    name: the agent's own check decides, and the error says which rule the name breaks."""
+    with pytest.raises(ConfigurationError) as e:
+        validate_and_split({name: "policy:\n  Active: none\n"}, origins={name: "providerConfig.configs"})
+    assert e.value.field == f"providerConfig.configs.{name}" and needle in str(e.value)
+    assert "worker.gardener.cloud/pool" in str(e.value)
+
+
+def test_pool_config_is_a_dynamic_configmap():
+    split = validate_and_split({"pool.worker-a": "policy:\n  Active: static\n"})
+    assert split.dynamic == {"pool.worker-a": {"policy": "Active: static\n"}}
+
+
+def test_unknown_config_names_list_pool():
+    with pytest.raises(ConfigurationError, match=r"node\.<NODE>, pool\.<POOL>, group\.<GROUP>"):
+        classify("pools.a", where="x")
 
 
 def test_split_keeps_static_text_and_sections_dynamic():

@@ -9,12 +9,13 @@ import yaml
 
 from extension.configs import validate_and_split
 from extension.errors import ConfigurationError
-from extension.provider_config import check_worker_pools, parse_provider_config
+from extension.provider_config import check_pool_configs, check_worker_pools, parse_provider_config
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # Which config key each example file is meant for.
 CONFIG_KEYS = {"fallback.yaml": "fallback", "default-topology-aware.yaml": "default", "balloons.yaml": "default",
-               "default-static.yaml": "default", "node.worker-1.yaml": "node.worker-1", "group.db.yaml": "group.db"}
+               "default-static.yaml": "default", "node.worker-1.yaml": "node.worker-1", "group.db.yaml": "group.db",
+               "pool.cpu-pinned.yaml": "pool.cpu-pinned"}
 
 
 @pytest.mark.parametrize("filename", sorted(CONFIG_KEYS))
@@ -33,8 +34,9 @@ def test_example_shoot_provider_config_validates():
     [ext] = [e for e in shoot["spec"]["extensions"] if e["type"] == "cri-resmgr-extension"]
     pc = parse_provider_config(ext["providerConfig"])
     assert check_worker_pools(pc.worker_pools, [w["name"] for w in shoot["spec"]["provider"]["workers"]]) == []
+    assert check_pool_configs(pc.configs, [w["name"] for w in shoot["spec"]["provider"]["workers"]]) == []
     split = validate_and_split(pc.configs)
-    assert "group.db" in split.dynamic and "fallback" in split.static
+    assert "group.db" in split.dynamic and "pool.cpu-pinned" in split.dynamic and "fallback" in split.static
 
 
 def test_a_worker_pool_the_shoot_lacks_is_a_warning_not_an_error():
@@ -42,6 +44,14 @@ def test_a_worker_pool_the_shoot_lacks_is_a_warning_not_an_error():
     [warning] = check_worker_pools(("a", "c"), ["a", "b"])
     assert warning.startswith("providerConfig.workerPools[1]: worker pool 'c' does not exist in the shoot")
     assert len(check_worker_pools(("x", "y"), [])) == 2
+
+
+def test_a_pool_config_for_a_pool_the_shoot_lacks_is_a_warning_not_an_error():
+    configs = {"default": "", "pool.a": "", "pool.c": "", "group.c": ""}
+    assert check_pool_configs({"pool.a": ""}, ["a", "b"]) == []
+    [warning] = check_pool_configs(configs, ["a", "b"])
+    assert warning == ("providerConfig.configs.pool.c: worker pool 'c' does not exist in the shoot (pools: a, b); "
+                       "no node gets this config")
 
 
 def test_webhook_option():

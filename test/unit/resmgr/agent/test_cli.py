@@ -23,3 +23,12 @@ def test_agent_reports_bad_kubeconfig(tmp_path: Path):
     env.pop("KUBERNETES_SERVICE_HOST", None)
     r = run("cri-resmgr-agent", "--agent-socket", str(tmp_path / "a.sock"), env=env)
     assert r.returncode == 2 and "in-cluster" in r.stderr
+
+
+def test_help_gives_the_whole_precedence():
+    from resmgr.agent.cli import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert ("cri-resmgr-config.node.$NODE_NAME, cri-resmgr-config.pool.$POOL (POOL is the node's label "
+            "worker.gardener.cloud/pool, set by Gardener), cri-resmgr-config.group.$GROUP") in text
+    assert "node > pool > group > default" in text

@@ -201,6 +201,42 @@ def test_switching_between_configmaps_by_label(env):
         "cpuset:0", "cpuset:1", "cpuset:0"]
 
 
+def test_worker_pool_label_and_pool_configmap(env):
+    """node > pool > group > default as labels and ConfigMaps come and go (issue 29 item 5)."""
+    pool_label, group_label = "worker.gardener.cloud/pool", "cri-resource-manager.intel.com/group"
+
+    def labels(**lb: str) -> None:
+        env.state.node_event("MODIFIED", {"metadata": {"name": NODE, "labels": lb}})
+
+    env.set_cm(DEFAULT, "1", policy=reserved("0"))
+    env.set_cm("cri-resmgr-config.group.g", "2", policy=reserved("0"))
+    env.set_cm("cri-resmgr-config.pool.p1", "3", policy=reserved("0-1"))
+    env.set_cm("cri-resmgr-config.pool.p2", "4", policy=reserved("1"))
+    labels(**{pool_label: "p1", group_label: "g"})
+    env.later()
+    assert env.reporter.configs[-1] == ("cri-resmgr-config.pool.p1", "")  # pool beats group
+    labels(**{pool_label: "p2", group_label: "g"})
+    env.later()
+    assert env.reporter.configs[-1] == ("cri-resmgr-config.pool.p2", "")  # the label moved the node
+    env.set_cm(f"cri-resmgr-config.node.{NODE}", "5", policy=reserved("0"))
+    env.later()
+    assert env.reporter.configs[-1] == (f"cri-resmgr-config.node.{NODE}", "")  # node beats pool
+    env.state.config_map_event("DELETED", cm(f"cri-resmgr-config.node.{NODE}", "6"))
+    env.later()
+    assert env.reporter.configs[-1] == ("cri-resmgr-config.pool.p2", "")
+    env.state.config_map_event("DELETED", cm("cri-resmgr-config.pool.p2", "7"))
+    env.later()
+    assert env.reporter.configs[-1] == ("cri-resmgr-config.group.g", "")
+    labels(**{pool_label: "p1"})
+    env.later()
+    assert env.reporter.configs[-1] == ("cri-resmgr-config.pool.p1", "")
+    labels()
+    env.later()
+    assert env.reporter.configs[-1] == (DEFAULT, "")
+    assert [c[0]["policy"]["ReservedResources"]["cpu"] for c in env.applier.applied] == [
+        "cpuset:0-1", "cpuset:1", "cpuset:0", "cpuset:1", "cpuset:0", "cpuset:0-1", "cpuset:0"]
+
+
 def adjustment(name, nodes, cpu="1"):
     return {"metadata": {"name": name, "namespace": "kube-system"},
             "spec": {"scope": [{"nodes": nodes, "containers": [{"key": "name", "operator": "Equals",

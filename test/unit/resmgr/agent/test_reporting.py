@@ -9,6 +9,7 @@ from resmgr.agent.reporting import (
     CONFIG_WARNING_ANNOTATION,
     adjustment_status_patch,
     config_annotations,
+    event_subject,
 )
 from resmgr.agent.selection import Selection
 
@@ -66,3 +67,11 @@ def test_status_patch_sets_new_errors_and_removes_stale_ones():
                                                             "spec": None}}}}}
     patch = adjustment_status_patch("n1", {"error": "bad spec", "container_errors": {}}, None)
     assert patch == {"status": {"nodes": {"n1": {"errors": {"spec": "bad spec"}}}}}
+
+
+def test_events_say_why_the_configmap_applies():
+    pool = Selection(name="cri-resmgr-config.pool.p1", resource_version="7",
+                     reason="the node's worker pool p1 (label worker.gardener.cloud/pool)")
+    assert event_subject(pool) == ("ConfigMap kube-system/cri-resmgr-config.pool.p1 (resourceVersion 7; the node's "
+                                   "worker pool p1 (label worker.gardener.cloud/pool))")
+    assert event_subject(SEL) == "ConfigMap kube-system/cri-resmgr-config.default (resourceVersion 42)"
