@@ -15,7 +15,7 @@ from integration.agent.conftest import (
 )
 
 from resmgr.agent.reporting import CONFIG_ERROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION
-from resmgr.agent.selection import GROUP_LABEL
+from resmgr.agent.selection import GROUP_LABEL, POOL_LABEL
 from resmgr.agent.unix_grpc import unix_channel
 from resmgr.proto import config_pb2, config_pb2_grpc
 
@@ -83,6 +83,45 @@ def test_node_beats_group_beats_default_and_losing_the_label_falls_back(plane_no
     assert node.active_config()[1].endswith("cri-resmgr-config.group.cpu")
     wait_for(lambda: node.annotations().get(CONFIG_SOURCE_ANNOTATION, "").split("@")[0]
              == f"{NAMESPACE}/cri-resmgr-config.group.cpu", "config-source annotation names group.cpu")
+
+
+def test_node_beats_pool_beats_group_and_each_deletion_falls_back(plane_node):
+    """Gardener's worker pool label selects cri-resmgr-config.pool.<POOL> (issue 29 item 5)."""
+    node = plane_node(labels={POOL_LABEL: "p1", GROUP_LABEL: "gpu"})
+    put_config_map(node.core, DEFAULT, policy_section("0"))
+    put_config_map(node.core, "cri-resmgr-config.group.gpu", policy_section("1"))
+    put_config_map(node.core, "cri-resmgr-config.pool.p1", policy_section("0-1"))
+    node.wait_reserved("0-1")
+    assert node.active_config()[1].endswith("cri-resmgr-config.pool.p1")
+    wait_for(lambda: node.annotations().get(CONFIG_SOURCE_ANNOTATION, "").split("@")[0]
+             == f"{NAMESPACE}/cri-resmgr-config.pool.p1", "config-source annotation names pool.p1")
+    applied = wait_for(lambda: [e for e in node.events() if e.reason == "ConfigApplied"
+                                and "cri-resmgr-config.pool.p1" in e.message], "ConfigApplied Event for pool.p1")
+    assert f"the node's worker pool p1 (label {POOL_LABEL})" in applied[-1].message
+    put_config_map(node.core, f"cri-resmgr-config.node.{node.name}", policy_section("0"))
+    node.wait_reserved("0")
+    assert node.active_config()[1].endswith(f"cri-resmgr-config.node.{node.name}")
+    # Another pool's config changes nothing here, until the node's label moves it there.
+    put_config_map(node.core, "cri-resmgr-config.pool.p2", policy_section("1"))
+    delete_config_map(node.core, f"cri-resmgr-config.node.{node.name}")
+    node.wait_reserved("0-1")
+    assert node.active_config()[1].endswith("cri-resmgr-config.pool.p1")
+    node.core.patch_node(node.name, {"metadata": {"labels": {POOL_LABEL: "p2"}}})
+    node.wait_reserved("1")
+    assert node.active_config()[1].endswith("cri-resmgr-config.pool.p2")
+    node.core.patch_node(node.name, {"metadata": {"labels": {POOL_LABEL: "p1"}}})
+    node.wait_reserved("0-1")
+    delete_config_map(node.core, "cri-resmgr-config.pool.p1")
+    node.wait_reserved("1")
+    assert node.active_config()[1].endswith("cri-resmgr-config.group.gpu")
+    delete_config_map(node.core, "cri-resmgr-config.group.gpu")
+    node.wait_reserved("0")
+    assert node.active_config()[1].endswith(DEFAULT)
+    wait_for(lambda: node.annotations().get(CONFIG_SOURCE_ANNOTATION, "").split("@")[0]
+             == f"{NAMESPACE}/{DEFAULT}", "config-source annotation names the default")
+    # The worktree's agent ran (its push log says why the ConfigMap applies).
+    assert "; the node's group gpu (label cri-resource-manager.intel.com/group)) to cri-resmgr" in \
+        node.agent.log_path.read_text()
 
 
 @pytest.mark.parametrize("bad,needle", [
