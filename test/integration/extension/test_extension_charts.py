@@ -47,6 +47,7 @@ INSTALL_VALUES = {
                            "EXTRA_OPTIONS": "--log-level=debug"},
                 "dynamic": {"default": {"policy": "Active: topology-aware\n"},
                             "node.worker-1": {"policy": "Active: balloons\n"},
+                            "pool.a": {"policy": "Active: balloons\n"},
                             "group.db": {"policy": "Active: static\n", "logger": "Debug: policy\n"}}},
     "nodeSelector": {"example.com/x": "y"},
     "workerPools": ["a", "b"],
@@ -97,6 +98,7 @@ def test_installation_chart_renders_and_the_api_accepts_it(tools, seed_api, mode
     assert ("DaemonSet", "cri-resmgr-installer") in kinds
     assert (("DaemonSet", "cri-resmgr-agent") in kinds) is (mode == "install")
     assert ("ConfigMap", "cri-resmgr-config.group.db") in kinds
+    assert ("ConfigMap", "cri-resmgr-config.pool.a") in kinds
     assert ("CustomResourceDefinition", "adjustments.criresmgr.intel.com") in kinds
     for d in docs:
         if d["kind"] == "DaemonSet":
