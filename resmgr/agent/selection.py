@@ -24,8 +24,6 @@ CONFIG_MAP_PREFIX = "cri-resmgr-config."
 DEFAULT_CONFIG_MAP = "cri-resmgr-config.default"
 GROUP_LABEL = "cri-resource-manager.intel.com/group"
 POOL_LABEL = "worker.gardener.cloud/pool"
-# Most specific first; "default" has no name part.
-KINDS = ("node", "pool", "group", "default")
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE_MAX = 63
