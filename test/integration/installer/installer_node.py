@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from devland.systemd_node import containerd_unit
+
 REPO = Path(__file__).resolve().parents[3]
 STANDIN = REPO / "test" / "fixtures" / "kubelet_standin.py"
 PYTHON = Path(sys.prefix) / "bin" / "python"
@@ -42,22 +44,8 @@ state = "/run/containerd"
       runtime_type = "io.containerd.runc.v2"
 """
 
-CONTAINERD_UNIT = """[Unit]
-Description=containerd container runtime (test node)
-After=network.target
-
-[Service]
-ExecStart=/usr/bin/containerd --config /etc/containerd/config.toml
-Type=notify
-Delegate=yes
-KillMode=process
-Restart=always
-RestartSec=1
-LimitNOFILE=1048576
-
-[Install]
-WantedBy=multi-user.target
-"""
+CONTAINERD_UNIT = containerd_unit("--config /etc/containerd/config.toml",
+                                  description="containerd container runtime (test node)")
 
 KUBELET_CONFIG = """apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fixtures.relay_sections import RELAY_SECTIONS
 
 from resmgr.config import MAX_CONFIG_BYTES, ConfigError
 from resmgr.config.files import StartupConfigs, choose_config, read_config_file
@@ -13,14 +14,7 @@ from resmgr.relay.settings import relay_settings
 GOOD = """\
 policy:
   Active: none
-dump:
-  Config: 'off:.*,short:((Create)|(Start)|(Run)|(Update)|(Stop)|(Remove)).*'
-  File: /tmp/cri-full-message.dump
-instrumentation:
-  HTTPEndpoint: 127.0.0.1:9999
-logger:
-  Debug: relay,dump
-"""
+""" + RELAY_SECTIONS
 
 
 def test_good_config(tmp_path):

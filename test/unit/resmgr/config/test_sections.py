@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from fixtures.relay_sections import RELAY_SECTIONS
 
 from resmgr.config import ConfigError, check_config_sections, check_config_text
 from resmgr.config.sections import DEFAULT_HTTP_ENDPOINT, ConfigSections
@@ -19,14 +20,7 @@ policy:
     BalloonTypes:
       - Name: db
         MinCPUs: 2
-dump:
-  Config: 'off:.*,short:((Create)|(Start)|(Run)|(Update)|(Stop)|(Remove)).*'
-  File: /tmp/cri-full-message.dump
-instrumentation:
-  HTTPEndpoint: 127.0.0.1:9999
-logger:
-  Debug: relay,dump
-"""
+""" + RELAY_SECTIONS
 
 
 def test_sections_are_typed():
