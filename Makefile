@@ -50,17 +50,13 @@ define run_pytest
 	$(PYTEST) $(1); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 endef
 
-# Every tier in one pytest session. The landscape-tier tests with a landscape of their own (demo, ControllerInstallation)
-# sort before the first test of the shared landscape, so no two landscapes run at once (that failed: see
-# test-parallel). The JUnit report has every test's duration.
+# Every tier in one pytest session, on parallel workers (pytest-xdist): the two landscape groups of
+# test/fixtures/workers.py, each on a worker with a landscape of its own, and every other test file on the rest, all at
+# once (the landscape tier mostly waits, the others mostly compute). Landscape files first, so the groups start at once.
+# The JUnit report has every test's duration.
+TEST_WORKERS ?= 4
 test: venv
-	$(call run_pytest,$(PYTEST_ARGS) --junitxml=_out/junit.xml test/unit test/integration test/e2e)
-
-# Both halves at once (hacks/test-both-halves.sh). NOT what CI runs: with a second landscape starting while the
-# shared one runs, that landscape's seed node never registered (2 runs of 2, docs/development/tests.md).
-.PHONY: test-parallel
-test-parallel: venv
-	bash hacks/test-both-halves.sh
+	$(call run_pytest,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS) --junitxml=_out/junit.xml test/e2e test/unit test/integration)
 
 test-unit: venv
 	$(call run_pytest,test/unit)

@@ -48,7 +48,7 @@ class ActuatorSettings:
     configmap_namespace: str | None = None
     uninstall_timeout: float = 600.0
     uninstall_max_unavailable: str | int = "50%"  # nodes uninstalling at once (installer DaemonSet maxUnavailable)
-    poll_interval: float = 5.0
+    poll_interval: float = 2.0  # as Gardener's managedresources.IntervalWait (extension/cli.py)
     metrics_port: int = 8891
     # Admit the shoot's pod network to the relays' /metrics (opt-in: it admits every pod; see
     # docs/usage/metrics-and-logs.md).

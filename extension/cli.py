@@ -103,8 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "in uninstall mode): a count or a percentage (default: 50%%, 100 nodes in about two "
                         "per-node uninstall times; docs/operations/node-safety.md, 'How many nodes an uninstall takes "
                         "at once')")
-    p.add_argument("--poll-interval", type=float, default=5.0, metavar="SECONDS",
-                   help="how often a waiting delete/migrate checks again (default: 5)")
+    # Gardener waits for ManagedResources every 2 s (v1.149.3 pkg/utils/managedresources/managedresources.go,
+    # IntervalWait); a wait here costs two GETs of the seed API.
+    p.add_argument("--poll-interval", type=float, default=2.0, metavar="SECONDS",
+                   help="how often a waiting reconcile or delete checks again: a ManagedResource's health, the "
+                        "nodes' install records (default: 2, Gardener's own interval)")
     p.add_argument("--retry-delay-min", type=float, default=5.0, metavar="SECONDS",
                    help="first retry delay after an error; doubles per retry (default: 5)")
     p.add_argument("--retry-delay-max", type=float, default=60.0, metavar="SECONDS",

@@ -12,6 +12,7 @@ from fixtures import hypothesis_profiles
 from fixtures.containerd import Containerd, running_containerd, runtime_from_env
 from fixtures.seed_api import SeedAPI
 from fixtures.tiers import tier_of
+from fixtures.workers import group_of
 
 from devland.systemd_node import SystemdNode, extract_rootfs
 from devland.tools import Tools, find_tools
@@ -29,9 +30,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # `make test-explore` selects property tests by this marker; @given tests get it implicitly.
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.property)
-        tier = tier_of(item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else "")
+        relpath = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        tier = tier_of(relpath)
         if tier is not None:
             item.add_marker(tier)
+            # Which worker of `make test` runs it (test/fixtures/workers.py); pytest-xdist reads this mark.
+            item.add_marker(pytest.mark.xdist_group(group_of(relpath)))
 
 
 @pytest.fixture(autouse=True)
