@@ -237,8 +237,10 @@ class NriPlugin:
             self.metrics.policy_error(method, "decide")
             return None
         finally:
+            spent = time.perf_counter() - start
+            log.debug("decided", extra={"method": method, "seconds": round(spent, 6)})
             if self.observe is not None:
-                self.observe(method, time.perf_counter() - start)
+                self.observe(method, spent)
 
     def _finish_late(self, method: str, future: Future[Any], late: Callable[[Any], None]) -> None:
         try:
