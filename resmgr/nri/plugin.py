@@ -74,6 +74,9 @@ class NriPlugin:
         self._sync_lock = threading.Lock()
         # Decisions run here, so that the serving thread can answer at the budget whatever happens.
         self._deciders = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nri-decide")
+        # containerd holds its NRI lock while it waits for an event's answer, and UpdateContainers takes the
+        # same lock: updates no answer can carry are sent from here, in order, never from a serving thread.
+        self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nri-send")
         self.configured = threading.Event()
         self.synchronized = threading.Event()
         self.handlers: dict[str, Handler] = {
@@ -93,6 +96,7 @@ class NriPlugin:
 
     def close(self) -> None:
         self._deciders.shutdown(wait=False, cancel_futures=True)
+        self._sender.shutdown(wait=False, cancel_futures=True)
 
     def serve(self, service: str, method: str, payload: bytes) -> bytes:
         """One call from containerd: the encoded answer; raises UnknownMethod, or DecodeError for a bad payload."""
@@ -250,8 +254,19 @@ class NriPlugin:
             self.metrics.policy_error(method, "late")
 
     def _late(self, updates: list[ContainerUpdate] | None, reason: str) -> None:
-        if updates:
-            self.send_late(list(updates), reason)
+        if not updates:
+            return
+        try:
+            self._sender.submit(self._send, list(updates), reason)
+        except RuntimeError:
+            log.warning("plugin closing: %d container update(s) not sent", len(updates), extra={"reason": reason})
+
+    def _send(self, updates: list[ContainerUpdate], reason: str) -> None:
+        try:
+            self.send_late(updates, reason)
+        except Exception:
+            log.exception("sending container updates failed", extra={"reason": reason})
+            self.metrics.policy_error(reason, "updates")
 
     def _updates(self, updates: list[ContainerUpdate] | None) -> list[nri.ContainerUpdate]:
         return [translate.container_update(u) for u in updates or [] if isinstance(u, ContainerUpdate)

@@ -121,3 +121,26 @@ def test_unknown_methods_and_services_are_refused() -> None:
         plugin.serve(PLUGIN_SERVICE, "NoSuchMethod", b"")
     with pytest.raises(UnknownMethod):
         plugin.serve("other.Service", "Configure", b"")
+
+
+def test_updates_of_events_without_an_update_field_are_sent_after_the_answer() -> None:
+    """containerd holds its NRI lock during an event, and UpdateContainers takes the same lock: an update
+    sent before the event is answered would wait for the answer, and the event would time out."""
+    answered = threading.Event()
+    seen: list[bool] = []
+    sent = threading.Event()
+
+    class Releasing(NoopHook):
+        def after(self, method: str, request: Message, response: Message, call: object = None):  # type: ignore[override]
+            return [ContainerUpdate("other", cpuset_cpus="0-1")]
+
+    def send_late(updates: list[ContainerUpdate], reason: str) -> None:
+        seen.append(answered.wait(2))
+        sent.set()
+
+    plugin = NriPlugin(Releasing(), RelayMetrics(), send_late)
+    request = nri.RemoveContainerRequest(pod=nri.PodSandbox(id="p"), container=nri.Container(id="c1"))
+    plugin.serve(PLUGIN_SERVICE, "RemoveContainer", request.SerializeToString())
+    answered.set()
+    assert sent.wait(5) and seen == [True]
+    plugin.close()
