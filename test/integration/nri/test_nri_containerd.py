@@ -171,7 +171,10 @@ def test_cri_resmgr_program_in_nri_mode(ctrd2: Containerd, workdir: Path) -> Non
         decided = [json.loads(line) for line in (workdir / "cri-resmgr.log").read_text().splitlines()
                    if line.startswith("{") and json.loads(line).get("msg") == "decided"]
         assert any(d.get("method") == "CreateContainer" for d in decided)
-    finally:
         proc.terminate()
-        proc.wait(30)
+        assert proc.wait(30) == 0  # SIGTERM stops the NRI front end cleanly
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
         log.close()
