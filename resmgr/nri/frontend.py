@@ -35,9 +35,9 @@ NRI_API_VERSION = "v0.12.3"
 
 def _error_code(err: Exception) -> int:
     if isinstance(err, UnknownMethod):
-        return ttrpc.CODE_UNIMPLEMENTED
+        return ttrpc.CODE_UNIMPLEMENTED  # containerd then falls back to StateChange for that event
     if isinstance(err, DecodeError):
-        return ttrpc.CODE_INTERNAL
+        return ttrpc.CODE_INVALID_ARGUMENT
     return ttrpc.CODE_INTERNAL
 
 

@@ -99,11 +99,22 @@ class NriPlugin:
         self._sender.shutdown(wait=False, cancel_futures=True)
 
     def serve(self, service: str, method: str, payload: bytes) -> bytes:
-        """One call from containerd: the encoded answer; raises UnknownMethod, or DecodeError for a bad payload."""
+        """One call from containerd: the encoded answer; raises UnknownMethod, or DecodeError for a bad payload.
+
+        Counted in the relay's request metrics as ``nri/<method>`` (one label for every method we do not serve).
+        """
+        start = time.perf_counter()
         handler = self.handlers.get(method) if service == PLUGIN_SERVICE else None
-        if handler is None:
-            raise UnknownMethod(f"{service}/{method}")
-        return handler.serve(handler.request_class.FromString(payload)).SerializeToString()
+        label, code = f"nri/{method}" if handler is not None else "nri/unknown", "INTERNAL"
+        try:
+            if handler is None:
+                code = "UNIMPLEMENTED"
+                raise UnknownMethod(f"{service}/{method}")
+            answer = handler.serve(handler.request_class.FromString(payload)).SerializeToString()
+            code = "OK"
+            return answer
+        finally:
+            self.metrics.observe(label, code, time.perf_counter() - start)
 
     # -- configuration and synchronisation ------------------------------------------------------------
 

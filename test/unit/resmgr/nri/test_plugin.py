@@ -144,3 +144,15 @@ def test_updates_of_events_without_an_update_field_are_sent_after_the_answer() -
     answered.set()
     assert sent.wait(5) and seen == [True]
     plugin.close()
+
+
+def test_events_are_counted_like_relayed_requests() -> None:
+    metrics = RelayMetrics()
+    plugin = NriPlugin(PinningHook(), metrics, lambda u, r: None)
+    plugin.serve(PLUGIN_SERVICE, "CreateContainer", _create().SerializeToString())
+    with pytest.raises(UnknownMethod):
+        plugin.serve(PLUGIN_SERVICE, "NoSuchMethod", b"")
+    get = metrics.registry.get_sample_value
+    assert get("cri_resmgr_requests_total", {"method": "nri/CreateContainer", "code": "OK"}) == 1
+    assert get("cri_resmgr_requests_total", {"method": "nri/unknown", "code": "UNIMPLEMENTED"}) == 1
+    assert get("cri_resmgr_request_duration_seconds_count", {"method": "nri/CreateContainer"}) == 1
