@@ -23,6 +23,7 @@ from fixtures.cri_objects import make_container_config, make_pod_config, write_j
 from fixtures.sysfs_builder import THIS_MACHINE, build_sysfs
 
 import resmgr
+from devland.procs import Process, unix_socket_answers
 from devland.waiting import eventually
 from resmgr.config import validate_config_text
 from resmgr.manager.resource_manager import ResourceManager
@@ -51,6 +52,7 @@ class Plugin:
             else workdir / "sysfs"
         self.config = validate_config_text(config_text)
         self.decisions: list[tuple[str, float]] = []
+        self.syncs = 0
         self.rm: ResourceManager | None = None
         self.frontend: NriFrontend | None = None
 
@@ -59,12 +61,16 @@ class Plugin:
                                   fallback_config=self.config, sysfs_root=str(self.sysfs))
         self.frontend = NriFrontend(self.rm, RelayMetrics(), str(self.ctrd.workdir / "nri" / "nri.sock"),
                                     plugin_name="cri-resmgr-test", plugin_index="90",
-                                    observe=lambda m, s: self.decisions.append((m, s)))
+                                    observe=self._observe)
         self.rm.outbox.bind(self.frontend.apply_updates)
         self.frontend.start()
         assert self.frontend.registered.wait(30), "did not register with containerd's NRI"
         assert self.frontend.plugin.synchronized.wait(30), "containerd did not synchronize the plugin"
         return self
+
+    def _observe(self, method: str, seconds: float) -> None:
+        self.decisions.append((method, seconds))
+        self.syncs += method == "Synchronize"
 
     def stop(self) -> None:
         if self.frontend is not None:
@@ -178,3 +184,27 @@ def test_cri_resmgr_program_in_nri_mode(ctrd2: Containerd, workdir: Path) -> Non
             proc.kill()
             proc.wait(30)
         log.close()
+
+
+def test_containerd_restart_reconnects_and_resynchronizes(ctrd2: Containerd, workdir: Path) -> None:
+    """containerd goes away and comes back (its containers keep running in their shims): the plugin connects
+    again, registers, is synchronized, and places the next container."""
+    plugin = Plugin(ctrd2, workdir, STATIC).start()
+    try:
+        assert plugin.rm is not None and plugin.frontend is not None
+        g = run(ctrd2, workdir, "g", "guaranteed")
+        exclusive = format_cpuset(plugin.rm.policy.grants[g].exclusive)
+        assert ctrd2.cgroup_cpuset(g) == exclusive and plugin.syncs == 1
+        assert ctrd2.proc is not None
+        ctrd2.proc.stop()
+        assert eventually(lambda: not plugin.frontend.registered.is_set(), timeout=10)
+        ctrd2.proc = Process("containerd", [ctrd2.binary("containerd"), "--config", str(ctrd2.workdir / "config.toml"),
+                                            "--log-level", "warn"], ctrd2.workdir, env=ctrd2.env)
+        ctrd2.proc.wait_until(lambda: unix_socket_answers(ctrd2.socket), "containerd socket", 60)
+        assert plugin.frontend.registered.wait(30)
+        assert eventually(lambda: plugin.syncs == 2, timeout=30)
+        assert format_cpuset(plugin.rm.policy.grants[g].exclusive) == exclusive == ctrd2.cgroup_cpuset(g)
+        be = run(ctrd2, workdir, "be", "besteffort")
+        assert ctrd2.cgroup_cpuset(be) == format_cpuset(plugin.rm.policy.reserved)
+    finally:
+        plugin.stop()
