@@ -112,6 +112,7 @@ class NriFrontend:
             raise OSError(f"no NRI socket at {self.socket_path} (is NRI enabled in containerd?)")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(self.socket_path)
+        self.plugin.connected()
         conn = self._conn = NriConnection(sock, self.plugin.serve, _error_code).start()
         try:
             conn.call(RUNTIME_SERVICE, "RegisterPlugin",

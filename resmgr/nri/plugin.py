@@ -94,6 +94,11 @@ class NriPlugin:
             "StateChange": Handler(nri.StateChangeEvent, lambda _r: nri.Empty()),
         }
 
+    def connected(self) -> None:
+        """A new connection to the runtime: its Synchronize starts over (parts of an earlier one are stale)."""
+        with self._sync_lock:
+            self._sync = _Sync()
+
     def close(self) -> None:
         self._deciders.shutdown(wait=False, cancel_futures=True)
         self._sender.shutdown(wait=False, cancel_futures=True)

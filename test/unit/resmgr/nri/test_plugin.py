@@ -156,3 +156,20 @@ def test_events_are_counted_like_relayed_requests() -> None:
     assert get("cri_resmgr_requests_total", {"method": "nri/CreateContainer", "code": "OK"}) == 1
     assert get("cri_resmgr_requests_total", {"method": "nri/unknown", "code": "UNIMPLEMENTED"}) == 1
     assert get("cri_resmgr_request_duration_seconds_count", {"method": "nri/CreateContainer"}) == 1
+
+
+def test_a_new_connection_drops_the_parts_of_an_unfinished_synchronize() -> None:
+    seen: list[list[str]] = []
+
+    class Syncing(NoopHook):
+        def sync_with_runtime(self, pods, containers, resources=None, since=None):  # type: ignore[override]
+            seen.append([p.id for p in pods])
+            return []
+
+    plugin = NriPlugin(Syncing(), RelayMetrics(), lambda u, r: None)
+    stale = nri.SynchronizeRequest(pods=[nri.PodSandbox(id="gone")], more=True)
+    plugin.serve(PLUGIN_SERVICE, "Synchronize", stale.SerializeToString())
+    plugin.connected()  # the connection broke mid-way; containerd synchronizes the new one from the start
+    plugin.serve(PLUGIN_SERVICE, "Synchronize", nri.SynchronizeRequest(pods=[nri.PodSandbox(id="p")])
+                 .SerializeToString())
+    assert seen == [["p"]]
