@@ -32,6 +32,7 @@ from resmgr.relay.metrics import RelayMetrics
 from resmgr.topology import discover_topology, format_cpuset
 
 STATIC = "policy:\n  Active: static\n  ReservedResources:\n    cpu: 1\n"
+TOPOLOGY_AWARE = "policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: cpuset:0\n"
 PERIOD = 100_000
 SHAPES = {"guaranteed": {"cpu_shares": 1024, "cpu_quota": PERIOD, "cpu_period": PERIOD, "memory_limit": 64 << 20},
           "besteffort": {"cpu_shares": 2}}
@@ -123,6 +124,26 @@ def test_static_policy_places_a_guaranteed_container_through_nri(ctrd2: Containe
         ctrd2.crictl("stop", g)
         ctrd2.crictl("rm", g)
         assert eventually(lambda: ctrd2.cgroup_cpuset(be) == "0-1")
+    finally:
+        plugin.stop()
+
+
+def test_topology_aware_policy_sets_cpus_and_memory_nodes_through_nri(ctrd2: Containerd, workdir: Path) -> None:
+    plugin = Plugin(ctrd2, workdir, TOPOLOGY_AWARE).start()
+    try:
+        sys_pod = make_pod_config("sys", namespace="kube-system", qos="burstable")
+        pod_cfg = write_json(workdir / "pod-sys.json", sys_pod)
+        pod_id = ctrd2.crictl("runp", pod_cfg).stdout.strip()
+        sys_ctr = ctrd2.crictl("create", pod_id, write_json(workdir / "ctr-sys.json", make_container_config(
+            "sys", cpu_shares=512)), pod_cfg).stdout.strip()
+        ctrd2.crictl("start", sys_ctr)
+        be = run(ctrd2, workdir, "be", "besteffort")
+        # Both the cpuset and the memory nodes came with the create's adjustment.
+        assert (ctrd2.cgroup_cpuset(sys_ctr), ctrd2.cgroup_mems(sys_ctr)) == ("0", "0") == plugin.expected(sys_ctr)
+        assert (ctrd2.cgroup_cpuset(be), ctrd2.cgroup_mems(be)) == ("1", "0") == plugin.expected(be)
+        g = run(ctrd2, workdir, "g", "guaranteed")
+        assert eventually(lambda: all((ctrd2.cgroup_cpuset(c), ctrd2.cgroup_mems(c)) == plugin.expected(c)
+                                      for c in (sys_ctr, be, g)))
     finally:
         plugin.stop()
 
