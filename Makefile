@@ -104,7 +104,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
 # Our own gRPC APIs (resmgr/proto/*.proto): regenerate the committed stubs, or check they are current.
-PROTOS := resmgr/proto/config.proto resmgr/proto/agent.proto
+PROTOS := resmgr/proto/config.proto resmgr/proto/agent.proto resmgr/nri/api.proto resmgr/nri/ttrpc.proto
 
 .PHONY: proto proto-check
 proto: venv

@@ -38,6 +38,9 @@ RELAY_ENVIRONMENT: dict[str, str] = {"MALLOC_ARENA_MAX": "1"}
 RELAY_CONFIG_ERROR_ANNOTATION = "cri-resource-manager.intel.com/relay-config-error"
 # splice: copy HTTP/2 frames (fast); grpc: a gRPC server + client per call (can split runtime/image sockets).
 TRANSPORTS = ("auto", "splice", "grpc")
+# relay: kubelet talks to our socket and we relay CRI; nri: we are an NRI plugin of containerd.
+FRONTENDS = ("relay", "nri")
+DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -74,6 +77,12 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return value
+
+
+def _plugin_index(text: str) -> str:
+    if len(text) != 2 or not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a two-digit NRI plugin index like 90")
+    return text
 
 
 def _seconds(text: str) -> float:
@@ -145,6 +154,21 @@ def build_parser() -> argparse.ArgumentParser:
     sockets.add_argument("--agent-socket", default=DEFAULT_AGENT_SOCKET,
                          help=f"unix socket of cri-resmgr-agent's API, used for node operations "
                               f"(default: {DEFAULT_AGENT_SOCKET})")
+    sockets.add_argument("--frontend", choices=FRONTENDS, default="relay",
+                         help="how cri-resmgr sees the containers: 'relay' (default) serves --relay-socket for "
+                              "kubelet and relays CRI to --runtime-socket; 'nri' registers with containerd as an "
+                              "NRI plugin on --nri-socket instead (containerd 2 has NRI on by default) and "
+                              "serves no relay socket: kubelet stays on containerd's socket")
+    sockets.add_argument("--nri", dest="frontend", action="store_const", const="nri",
+                         help="short for --frontend nri")
+    sockets.add_argument("--nri-socket", default=DEFAULT_NRI_SOCKET,
+                         help=f"containerd's NRI socket, with --frontend nri (default: {DEFAULT_NRI_SOCKET}); "
+                              "cri-resmgr connects again, with backoff, whenever it goes away")
+    sockets.add_argument("--nri-plugin-name", default="cri-resmgr", metavar="NAME",
+                         help="the name cri-resmgr registers as an NRI plugin (default: cri-resmgr)")
+    sockets.add_argument("--nri-plugin-index", default="90", metavar="NN",
+                         type=_plugin_index,
+                         help="NRI plugin index, two digits; plugins are called in ascending order (default: 90)")
     sockets.add_argument("--disable-agent", action="store_true",
                          help="take no configuration from the agent: do not serve the Config API")
     state = parser.add_argument_group("state and config")

@@ -26,9 +26,11 @@ log = logging.getLogger("resmgr.config")
 
 EXTRA_OPTIONS_KEY = "EXTRA_OPTIONS"
 # Flags EXTRA_OPTIONS may not set: the installer sets them in the unit, the agent and kubelet rely on
-# the socket paths, and uninstall must know where the state and pid file are to remove them.
+# the socket paths, and uninstall must know where the state and pid file are to remove them. The front end
+# too: the installer points kubelet at the relay socket, which NRI mode does not serve.
 MANAGED_FLAGS = ("--fallback-config", "--force-config", "--relay-socket", "--runtime-socket", "--image-socket",
-                 "--config-socket", "--agent-socket", "--metrics-socket", "--relay-dir", "--pid-file")
+                 "--config-socket", "--agent-socket", "--metrics-socket", "--relay-dir", "--pid-file",
+                 "--frontend", "--nri", "--nri-socket")
 # Flags that make cri-resmgr exit or do a one-off job instead of serving.
 ONE_SHOT_FLAGS = ("--help", "-h", "--version", "--list-policies", "--reset-policy", "--reset-config")
 MAX_EXTRA_OPTIONS_BYTES = 16 * 1024

@@ -6,4 +6,5 @@ by ``make proto`` and committed; ``make proto-check`` (and a unit test) fail whe
 they are out of date.
 """
 
-PROTO_FILES: tuple[str, ...] = ("resmgr/proto/config.proto", "resmgr/proto/agent.proto")
+PROTO_FILES: tuple[str, ...] = ("resmgr/proto/config.proto", "resmgr/proto/agent.proto", "resmgr/nri/api.proto",
+                                "resmgr/nri/ttrpc.proto")

@@ -19,6 +19,11 @@ Requested ``ContainerUpdate``s are sent to the runtime with
 container never ends up with an update older (lower ``seq``) than one it already got.
 A hook that raises never fails the kubelet call: the relay logs, counts and forwards
 the original bytes.
+
+The NRI front end (``resmgr.nri``) drives the same contract: containerd tells it about a call the runtime
+is carrying out, so it writes the event as the CRI request kubelet sent and calls ``before`` and then at
+once ``after`` (with the id the runtime already assigned); the returned request becomes NRI's adjustment,
+the updates NRI container updates. Synchronize, on every connection, is ``sync_with_runtime``.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ class HookResult:
 
 @runtime_checkable
 class ResourceManagerHook(Protocol):
-    """Everything a front end (the CRI relay, later NRI) may call on the resource manager; nothing else.
+    """Everything a front end (the CRI relay, the NRI plugin) may call on the resource manager; nothing else.
 
     Called concurrently: the hook locks its own state. Every method returns the updates for other
     containers that the front end then sends. A hook without some ability implements it as a no-op

@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"model"},  # pods, containers, expressions, the annotation budget
     {"policy", "control", "relay"},  # relay/hooks.py is the contract the manager implements
     {"manager"},
-    {"configplane", "webhook"},
+    {"configplane", "webhook", "nri"},  # nri: the NRI front end, beside the relay's consumers
     {"agent"},
     {"cli"},
     {"launch"},

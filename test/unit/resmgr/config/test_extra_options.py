@@ -38,6 +38,10 @@ def test_extra_options_accepted(text: str, tokens: list[str]) -> None:
     ("--no-such-flag=1", "unknown cri-resmgr flag '--no-such-flag'.*; known flags: .*--metrics-address"),
     ("--relay-socket=/tmp/x.sock", "--relay-socket is fixed by the installer"),
     ("--fallback-config /x", "--fallback-config is fixed by the installer"),
+    # The installer points kubelet at the relay socket: NRI mode (no relay socket) is not its to choose yet.
+    ("--nri", "--nri is fixed by the installer"),
+    ("--frontend=nri", "--frontend is fixed by the installer"),
+    ("--nri-socket /x", "--nri-socket is fixed by the installer"),
     ("--version", "would stop cri-resmgr from serving"),
     ("--workers=many", "argument --workers: .*'many'"),
     ("--log-level loud", "invalid choice: 'loud'"),
