@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics.pool_containers.collect = rm.pool_containers
     metrics.controller_failures.collect = rm.controllers.failure_counts
     metrics.watch_pools(rm.pool_stats)
+    metrics.watch_placements(rm.unpinned_counts, rm.drifted_containers)
     relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket,
                   image_socket=args.image_socket, hook=hook, metrics=metrics,
                   dumper=Dumper(settings.dump, directory=args.relay_dir), pid_file=args.pid_file or None,
