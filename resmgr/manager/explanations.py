@@ -4,6 +4,7 @@ Events and the unpinned-containers metric), and which containers' cgroups no lon
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -19,8 +20,10 @@ log = logging.getLogger("resmgr.resource-manager")
 class Explanations(ManagerState):
     """``explanations``, ``unpinned_counts`` and the cpuset drift check run at every resync look."""
 
-    _drifted: frozenset[str]  # containers whose cgroup differed at the last check
+    _drifted: frozenset[str]  # containers whose cgroup differed at the last two checks
+    _differed: frozenset[str]  # those whose cgroup differed at the last check
     _cgroup_dirs: dict[str, Path]  # container id -> its cgroup directory, once found
+    _drift_lock: threading.Lock  # one check at a time (the drift-check thread and a resync may meet)
 
     def explanations(self) -> list[Explanation]:
         """One record per container the runtime created and the policy holds (pending reservations left out)."""
@@ -44,7 +47,7 @@ class Explanations(ManagerState):
         return [((reason,), float(counts.get(reason, 0))) for reason in UNPINNED_REASONS]
 
     def drifted_containers(self) -> float:
-        """How many containers' cgroup cpuset differed from the decision at the last check (for the metrics)."""
+        """How many containers' cgroup cpuset differed from the decision at the last two checks (for the metrics)."""
         return float(len(self._drifted))
 
     def check_cpuset_drift(self) -> frozenset[str]:
@@ -52,15 +55,20 @@ class Explanations(ManagerState):
 
         The runtime's ContainerStatus says what it was last told, not what the cgroup holds: something writing
         the cgroup behind the relay's back shows only here. Files are read outside the lock; a container whose
-        cgroup cannot be found or read (not started yet, gone meanwhile) does not count."""
+        cgroup cannot be found or read (not started yet, gone meanwhile) does not count. Only a difference seen at
+        two checks in a row counts: an update on its way to the runtime differs for one look at most."""
         with self._lock:
-            wanted = {}
+            wanted: dict[str, tuple[frozenset[int], str]] = {}
             for cid, (cpus, _) in self.policy.placements().items():
                 c = self.containers.get(cid)
                 if cpus is None or c is None or cid.startswith(PENDING_PREFIX):
                     continue
                 pod = self.pods.get(c.pod_id)
                 wanted[cid] = (cpus, pod.cgroup_parent if pod else "")
+        with self._drift_lock:
+            return self._compare_cgroups(wanted)
+
+    def _compare_cgroups(self, wanted: dict[str, tuple[frozenset[int], str]]) -> frozenset[str]:
         hierarchy = controller_root(Path(self.controllers.cgroup_root), "cpuset")
         dirs = self._cgroup_dirs
         for cid in [cid for cid in dirs if cid not in wanted]:
@@ -79,8 +87,10 @@ class Explanations(ManagerState):
                     drifted.add(cid)
             except CpusetError:
                 continue
-        if drifted != set(self._drifted) and drifted:
-            log.warning("%d container(s) run on other CPUs than the policy decided, e.g. %s", len(drifted),
-                        sorted(drifted)[0][:13])
-        self._drifted = frozenset(drifted)
-        return self._drifted
+        lasting = frozenset(drifted) & self._differed
+        self._differed = frozenset(drifted)
+        if lasting and lasting != self._drifted:
+            log.warning("%d container(s) run on other CPUs than the policy decided, e.g. %s", len(lasting),
+                        sorted(lasting)[0][:13])
+        self._drifted = lasting
+        return lasting

@@ -82,8 +82,10 @@ class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers, 
         self._decisions = count(1)  # numbers every decision's updates (ContainerUpdate.seq)
         self._mutations = 0  # bumped whenever policy state changes: tells whether an undo can be exact
         self._resync_wanted = False
-        self._drifted: frozenset[str] = frozenset()  # cpuset drift found at the last check (Explanations)
+        self._drifted: frozenset[str] = frozenset()  # cpuset drift found at the last checks (Explanations)
+        self._differed: frozenset[str] = frozenset()
         self._cgroup_dirs: dict[str, Path] = {}
+        self._drift_lock = threading.Lock()
         # Updates no hook call returns (cold starts on timers, rebalancing, configs, Adjustments) go out here;
         # cold-start timers arm once it is bound to the relay.
         self.outbox = outbox if outbox is not None else UpdateOutbox()

@@ -254,7 +254,7 @@ class RelayMetrics:
             "not-enough-free-cpus, reserved-namespace, policy-none, ...)", ["reason"], self.registry)
         self.placement_drift = CallbackGauge(
             "cri_resmgr_placement_drift_containers",
-            "Containers whose cgroup cpuset differed from the policy's decision at the last check "
+            "Containers whose cgroup cpuset differed from the policy's decision at the last two checks "
             "(every --resync-period)", [], self.registry)
         self.config_errors = Counter("cri_resmgr_config_errors",
                                      "Configs refused at startup, on SIGHUP or from the agent; the relay kept "
