@@ -25,7 +25,8 @@ UNPINNED_REASONS = (NOT_GUARANTEED, FRACTIONAL_CPU, PREFERS_SHARED, NO_FREE_CPUS
                     PREFERS_RESERVED, NO_BALLOON, POLICY_NONE, SHARED_POOL, NOT_PLACED)
 
 # Why a container did get CPUs of its own (only for the message).
-PINNED_KINDS = {"exclusive": "exclusive CPUs", "isolated": "isolated CPUs", "balloon": "its balloon's CPUs"}
+PINNED_KINDS = {"exclusive": "exclusive CPUs", "isolated": "isolated CPUs", "balloon": "its balloon's CPUs",
+                "pool": "its pod pool's CPUs"}  # podpools' dedicated pools
 
 
 @dataclass(frozen=True)
