@@ -108,6 +108,16 @@ ALERTS: tuple[Alert, ...] = (
         "were created as kubelet asked, without the policy's CPU and memory placement.",
     ),
     Alert(
+        "CriResmgrPlacementDrift",
+        # Checked every --resync-period (30 s): a cpuset written behind the relay's back, at every check.
+        f"max by (node) (cri_resmgr_placement_drift_containers{{{_OURS}}}) > 0",
+        "30m", "warning",
+        "Containers run on other CPUs than the policy decided",
+        "On node {{ $labels.node }}, {{ $value }} container(s) have had a cgroup cpuset other than the policy's "
+        "decision for 30 minutes: something writes cpusets behind cri-resmgr (another CPU manager, a "
+        "script), or its updates do not take.",
+    ),
+    Alert(
         "CriResmgrRelayErrors",
         f"sum by (node) (rate(cri_resmgr_relay_errors_total{{{_OURS}}}[10m])) "
         f"/ sum by (node) (rate(cri_resmgr_requests_total{{{_OURS}}}[10m])) > 0.01",

@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics.pool_containers.collect = rm.pool_containers
     metrics.controller_failures.collect = rm.controllers.failure_counts
     metrics.watch_pools(rm.pool_stats)
+    metrics.watch_placements(rm.unpinned_counts, rm.drifted_containers)
     relay: Relay | NriFrontend
     if args.frontend == "nri":
         # NRI mode: containerd calls us; no relay socket is served and kubelet stays on containerd. Imported

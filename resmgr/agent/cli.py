@@ -22,6 +22,7 @@ from resmgr.agent.kube import (
     load_api_client,
 )
 from resmgr.agent.metrics_forward import DEFAULT_RELAY_METRICS_SOCKET, serve_forwarded_metrics
+from resmgr.agent.placement_events import PlacementEvents, TokenBucket, kube_poster
 from resmgr.agent.reporting import KubeReporter
 from resmgr.agent.selection import CONFIG_NAMESPACE
 from resmgr.agent.server import AgentServicer, serve_agent
@@ -51,6 +52,11 @@ outcome is reported as a Kubernetes Event and the node annotations
 cri-resource-manager.intel.com/config-source and .../config-error. Adjustment
 resources (adjustments.criresmgr.intel.com/v1alpha1) in the same namespace are
 pushed too; their per-node errors are written to status.nodes[NODE].errors.
+
+Every --placement-events-period it reads where cri-resmgr's policy placed each
+container and posts an Event on the pod when that is new or changed: CPUsPinned
+(cpuset, memory nodes, pool) or NotPinned with the reason (not-guaranteed,
+fractional-cpu, not-enough-free-cpus, ...), rate-limited by a token bucket.
 
 It serves the Agent API on --agent-socket, which cri-resmgr uses for node
 operations and cri-resmgr-agent-probe for health.
@@ -91,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve cri-resmgr's /metrics here, e.g. ':8891' (default: off)")
     p.add_argument("--relay-metrics-socket", default=DEFAULT_RELAY_METRICS_SOCKET, metavar="PATH",
                    help=f"cri-resmgr's /metrics unix socket to forward (default: {DEFAULT_RELAY_METRICS_SOCKET})")
+    p.add_argument("--placement-events-period", type=float, default=10.0, metavar="SECONDS",
+                   help="how often cri-resmgr's placements are read and new or changed ones posted as Events on "
+                        "their pods (CPUsPinned, NotPinned); 0 turns them off (default: 10)")
+    p.add_argument("--placement-events-rate", type=float, default=1.0, metavar="PER_SECOND",
+                   help="placement Events posted per second at most, after a burst of "
+                        "--placement-events-burst (default: 1)")
+    p.add_argument("--placement-events-burst", type=int, default=20, metavar="N",
+                   help="placement Events that may be posted at once (default: 20)")
     p.add_argument("--no-adjustments", action="store_true",
                    help="do not watch Adjustment resources (e.g. when their CRD is not installed)")
     add_logging_arguments(p, default_format="json")
@@ -121,6 +135,11 @@ class Agent:
                 self.state.adjustment_event, self.stop_event, optional=True, group=ADJUSTMENT_GROUP,
                 version=ADJUSTMENT_VERSION, namespace=args.namespace, plural=ADJUSTMENT_PLURAL))
         self.server = serve_agent(AgentServicer(api, node, self.health), args.agent_socket)
+        self.placement_events = None
+        if args.placement_events_period > 0:
+            self.placement_events = PlacementEvents(
+                self.target.get_placements, kube_poster(api, node), period=args.placement_events_period,
+                bucket=TokenBucket(args.placement_events_rate, args.placement_events_burst))
 
     def health(self, query: str) -> str:
         for w in self.watchers:
@@ -137,11 +156,15 @@ class Agent:
                 log.info("waiting for the first list of %s: %s", w.what, w.last_error or "in progress")
         if not self.stop_event.is_set():
             self.pusher.start()
+            if self.placement_events is not None:
+                self.placement_events.start()
             log.info("agent running", extra={"node": self.state.node})
 
     def stop(self) -> None:
         self.stop_event.set()
         self.pusher.stop()
+        if self.placement_events is not None:
+            self.placement_events.stop()
         stop_unix(self.server, self.args.agent_socket)
         self.target.close()
 
@@ -156,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.min_push_interval < 0 or args.max_retry_interval <= 0:
         sys.stderr.write("cri-resmgr-agent: --min-push-interval must be >= 0 and --max-retry-interval > 0\n")
+        return 2
+    if args.placement_events_period < 0 or args.placement_events_rate <= 0 or args.placement_events_burst < 1:
+        sys.stderr.write("cri-resmgr-agent: --placement-events-period must be >= 0, --placement-events-rate > 0 "
+                         "and --placement-events-burst >= 1\n")
         return 2
     try:
         api = load_api_client(args.kubeconfig)

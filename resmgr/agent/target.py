@@ -11,6 +11,7 @@ import grpc
 
 from resmgr.agent.controller import PushError
 from resmgr.agent.unix_grpc import CHANNEL_OPTIONS, call_unary
+from resmgr.model.explanation import Explanation
 from resmgr.proto import config_pb2, config_pb2_grpc
 
 log = logging.getLogger("resmgr.agent")
@@ -71,3 +72,10 @@ class ConfigSocketTarget:
         results = {name: {"error": r.error, "container_errors": dict(r.container_errors), "applied": list(r.applied)}
                    for name, r in reply.results.items()}
         return results, reply.error
+
+    def get_placements(self) -> list[Explanation]:
+        """Where cri-resmgr's policy placed each container and why (resmgr.agent.placement_events posts them)."""
+        reply = self._call("GetPlacements", config_pb2.GetPlacementsRequest())
+        return [Explanation(namespace=p.namespace, pod=p.pod, pod_uid=p.pod_uid, container=p.container,
+                            container_id=p.container_id, cpus=p.cpus, mems=p.mems, pool=p.pool, unpinned=p.unpinned,
+                            detail=p.detail) for p in reply.placements]

@@ -35,6 +35,7 @@ from resmgr.configplane.adjustments import (
     ContainerView,
     plan_adjustments,
 )
+from resmgr.model.explanation import Explanation
 
 log = logging.getLogger("resmgr.configplane")
 
@@ -63,6 +64,10 @@ class ConfigApplier(Protocol):
         Containers not in the mapping return to their own resources. Returns container
         id -> error for containers whose override could not be applied.
         """
+        ...
+
+    def placements(self) -> tuple[str, list[Explanation]]:
+        """(the active policy, where it placed each container and why) for the agent's Events."""
         ...
 
 
@@ -166,6 +171,11 @@ class ConfigPlane:
         log.error("config from %s rejected, the current config stays: %s", source, error,
                   extra={"config_source": source, "active_source": self.status.source})
         return error
+
+    # -- placements ----------------------------------------------------------------------------
+    def placements(self) -> tuple[str, list[Explanation]]:
+        """The active policy and its placement explanations (GetPlacements); no lock: the applier has its own."""
+        return self.applier.placements()
 
     # -- adjustments ---------------------------------------------------------------------------
     def set_adjustments(self, node_name: str, specs: Mapping[str, Any]) -> tuple[dict[str, AdjustmentOutcome], str]:

@@ -20,6 +20,7 @@ from resmgr.config import ConfigError, ConfigSections
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView, container_view
 from resmgr.control.toptier import OVERRIDE_KEY as TOPTIER_OVERRIDE
 from resmgr.manager.resource_manager import Resize, ResourceManager
+from resmgr.model.explanation import Explanation
 from resmgr.model.resources import ContainerInfo, qos_from_resources
 from resmgr.relay.hooks import ContainerUpdate
 
@@ -60,6 +61,9 @@ class ResourceManagerApplier:
 
     def list_containers(self) -> list[ContainerView]:
         return [container_view(c, pod) for c, pod in self.rm.running()]
+
+    def placements(self) -> tuple[str, list[Explanation]]:
+        return self.rm.policy.name, self.rm.explanations()
 
     def apply_adjustments(self, overrides: dict[str, ContainerOverride]) -> dict[str, str]:
         # Containers that lost their override get their own resources back (None).

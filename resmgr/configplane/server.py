@@ -25,10 +25,21 @@ def set_adjustment(plane: ConfigPlane, request: config_pb2.SetAdjustmentRequest)
     return reply
 
 
+def get_placements(plane: ConfigPlane) -> config_pb2.GetPlacementsReply:
+    policy, explanations = plane.placements()
+    reply = config_pb2.GetPlacementsReply(policy=policy)
+    for e in explanations:
+        reply.placements.add(namespace=e.namespace, pod=e.pod, pod_uid=e.pod_uid, container=e.container,
+                             container_id=e.container_id, cpus=e.cpus, mems=e.mems, pool=e.pool,
+                             unpinned=e.unpinned, detail=e.detail)
+    return reply
+
+
 def serve_config(plane: ConfigPlane, socket_path: str) -> UnaryServer:
     """Serve the Config service on the unix socket ``socket_path``."""
     methods = service_methods(CONFIG_SERVICE, {
         "SetConfig": lambda request: set_config(plane, request),
         "SetAdjustment": lambda request: set_adjustment(plane, request),
+        "GetPlacements": lambda _request: get_placements(plane),
     })
     return UnaryServer(socket_path, methods, "config").start()

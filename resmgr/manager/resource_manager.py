@@ -38,6 +38,7 @@ from resmgr.manager.cache import Cache, CacheEncoder
 from resmgr.manager.controllers_timers import ControllersTimers
 from resmgr.manager.deadline_timers import DeadlineTimers
 from resmgr.manager.decisions import CriDecisions
+from resmgr.manager.explanations import Explanations
 from resmgr.manager.outbox import UpdateOutbox
 from resmgr.manager.placement_diff import PENDING_PREFIX
 from resmgr.manager.reconfiguration import Reconfiguration
@@ -56,7 +57,7 @@ __all__ = ["RePlaced", "Resize", "ResourceManager"]
 log = logging.getLogger("resmgr.resource-manager")
 
 
-class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers):
+class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers, Explanations):
     """Holds pods, containers and the active policy; implements the relay hook (its jobs in the mixins)."""
 
     def __init__(self, topology: Topology, *, relay_dir: str | Path = DEFAULT_RELAY_DIR,
@@ -81,6 +82,10 @@ class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers):
         self._decisions = count(1)  # numbers every decision's updates (ContainerUpdate.seq)
         self._mutations = 0  # bumped whenever policy state changes: tells whether an undo can be exact
         self._resync_wanted = False
+        self._drifted: frozenset[str] = frozenset()  # cpuset drift found at the last checks (Explanations)
+        self._differed: frozenset[str] = frozenset()
+        self._cgroup_dirs: dict[str, Path] = {}
+        self._drift_lock = threading.Lock()
         # Updates no hook call returns (cold starts on timers, rebalancing, configs, Adjustments) go out here;
         # cold-start timers arm once it is bound to the relay.
         self.outbox = outbox if outbox is not None else UpdateOutbox()

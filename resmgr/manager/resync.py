@@ -64,6 +64,7 @@ class Resync(ManagerState):
                        if state == CONTAINER_RUNNING and cid not in self.containers}
             exited = {cid for cid, state in listed.items() if state == CONTAINER_EXITED and cid in placed}
             gone = {cid for cid in self.containers if cid not in listed and not cid.startswith(PENDING_PREFIX)}
+        self.check_cpuset_drift()
         return frozenset(unknown | exited | gone)
 
     def containers_exited(self, container_ids: Collection[str]) -> list[ContainerUpdate]:
@@ -169,4 +170,6 @@ class Resync(ManagerState):
                     updates.append(ContainerUpdate(cid, want_c, want_m, reason="cgroup disagrees with policy"))
             self._mutations += 1
             self.save()
-            return self._decided(updates)
+            updates = self._decided(updates)
+        self.check_cpuset_drift()  # before this resync's updates land: what it found
+        return updates

@@ -105,6 +105,10 @@ class ManagerState:
         """End a decision: number its updates (ResourceManager)."""
         raise NotImplementedError
 
+    def check_cpuset_drift(self) -> frozenset[str]:
+        """Compare the host cgroups' cpusets with the decisions (resmgr.manager.explanations)."""
+        raise NotImplementedError
+
     def _apply_container_classes(self, cid: str) -> dict[str, str]:
         """Put a started container into its classes (ControllersTimers)."""
         raise NotImplementedError

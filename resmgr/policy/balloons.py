@@ -31,6 +31,7 @@ from typing import Any
 
 from resmgr.config import ConfigError
 from resmgr.config.sections import BalloonsSection
+from resmgr.model.explanation import NO_BALLOON, PREFERS_RESERVED, RESERVED_NAMESPACE
 from resmgr.model.resources import ContainerInfo, preference_annotation
 from resmgr.policy.base import (
     Grant,
@@ -130,6 +131,7 @@ def options_key(section: dict[str, Any]) -> str:
 class BalloonsPolicy(PooledPolicy):
     name = "balloons"
     description = "Disjoint CPU balloons per workload type, inflated and deflated with their containers."
+    unplaced_reason = NO_BALLOON
 
     def setup(self) -> None:
         section = self.policy_config.balloons
@@ -297,7 +299,8 @@ class BalloonsPolicy(PooledPolicy):
     def decide(self, c: ContainerInfo) -> Grant | None:
         type_name = self._balloon_type_for(c)
         if type_name == RESERVED:
-            return Grant(pool=RESERVED, kind="reserved", shared_milli=c.request_milli)
+            why = RESERVED_NAMESPACE if is_reserved_namespace(c, self.reserved_namespaces) else PREFERS_RESERVED
+            return Grant(pool=RESERVED, kind="reserved", shared_milli=c.request_milli, unpinned=why)
         t = self.types[type_name]
         if type_name == DEFAULT:  # upstream: the one default balloon, whatever fits
             balloon = next(iter(self._instances(DEFAULT)), None) or self._new_balloon(t)

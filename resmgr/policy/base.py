@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Protocol
 
 from resmgr.config import ConfigError, parse_cpu_constraint
 from resmgr.config.sections import PolicySection
+from resmgr.model.explanation import NOT_PLACED, PINNED_KINDS, SHARED_POOL
 from resmgr.model.resources import KUBE_SYSTEM, ContainerInfo
 from resmgr.model.state import PolicyState
 from resmgr.policy.cpu_allocator import take_cpus
@@ -114,16 +115,29 @@ class Grant:
     kind: str  # "shared" | "exclusive" | "isolated" | "reserved" | "balloon"
     exclusive: frozenset[int] = frozenset()
     shared_milli: int = 0
+    # Why the grant holds no CPUs of its own (resmgr.model.explanation's UNPINNED_REASONS); "" for an
+    # exclusive, isolated or balloon grant, or when the policy gives no finer reason than "shared".
+    unpinned: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"pool": self.pool, "kind": self.kind, "exclusive": format_cpuset(self.exclusive),
+        data = {"pool": self.pool, "kind": self.kind, "exclusive": format_cpuset(self.exclusive),
                 "shared_milli": self.shared_milli}
+        if self.unpinned:
+            data["unpinned"] = self.unpinned
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Grant:
         return cls(pool=str(data["pool"]), kind=str(data["kind"]),
                    exclusive=parse_cpuset(str(data.get("exclusive", ""))),
-                   shared_milli=int(data.get("shared_milli", 0)))
+                   shared_milli=int(data.get("shared_milli", 0)), unpinned=str(data.get("unpinned", "")))
+
+    def explain(self) -> tuple[str, str]:
+        """(why it is not pinned, "" when it is; what it is pinned to) for the placement explanation."""
+        pinned_to = PINNED_KINDS.get(self.kind, "")
+        if pinned_to and not self.unpinned:
+            return "", pinned_to
+        return self.unpinned or SHARED_POOL, ""
 
 
 @dataclass
@@ -209,6 +223,8 @@ class Policy:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     wants_usage: ClassVar[bool] = False  # rebalance() takes measured CPU usage (the relay samples it)
+    # Why a container ``decide`` returned None for runs unpinned (resmgr.model.explanation's UNPINNED_REASONS).
+    unplaced_reason: ClassVar[str] = NOT_PLACED
 
     topology: Topology
     config: dict[str, Any]  # the schema-checked mapping (the manager keeps and caches it)
@@ -248,6 +264,14 @@ class Policy:
 
     def export_extra(self) -> dict[str, Any]:
         return {}
+
+    def explain(self, cid: str) -> tuple[str, str, str]:
+        """(pool, why ``cid`` is not pinned or "", what it is pinned to) from its grant: the placement
+        explanation's policy part."""
+        grant = self.grants.get(cid)
+        if grant is None:
+            return "", self.unplaced_reason, ""
+        return (grant.pool, *grant.explain())
 
     def export_cached(self, keep: Callable[[str], bool]) -> dict[str, Any]:
         """``export_extra`` for the cache: containers ``keep`` refuses (reservations the runtime never confirmed)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from resmgr.model.explanation import FRACTIONAL_CPU, NO_FREE_CPUS, NOT_GUARANTEED
 from resmgr.model.resources import QOS_GUARANTEED, ContainerInfo
 from resmgr.policy.base import Grant, Placement, Policy, RestoreError, log, resolve_cpu_resources
 from resmgr.policy.cpu_allocator import AllocationError, Prefer, take_cpus
@@ -37,8 +38,11 @@ class StaticPolicy(Policy):
 
     def decide(self, container: ContainerInfo) -> Grant:
         milli = container.request_milli
-        if (container.qos == QOS_GUARANTEED and milli >= 1000 and milli % 1000 == 0
-                and container.limit_milli in (0, milli)):
+        if container.qos != QOS_GUARANTEED:
+            why = NOT_GUARANTEED
+        elif milli < 1000 or milli % 1000 or container.limit_milli not in (0, milli):
+            why = FRACTIONAL_CPU
+        else:
             free = self.available - self.reserved - self._exclusive
             try:
                 # Upstream takes exclusive CPUs preferring high-priority ones.
@@ -46,11 +50,12 @@ class StaticPolicy(Policy):
             except AllocationError as exc:
                 log.warning("static: %s/%s wants %d exclusive CPUs: %s; using the shared pool",
                             container.pod_name, container.name, milli // 1000, exc)
+                why = NO_FREE_CPUS
             else:
                 self._exclusive |= cpus
                 self._update_shared()
                 return Grant(pool=SHARED, kind="exclusive", exclusive=cpus)
-        return Grant(pool=SHARED, kind="shared", shared_milli=milli)
+        return Grant(pool=SHARED, kind="shared", shared_milli=milli, unpinned=why)
 
     def on_release(self, cid: str, grant: Grant) -> None:
         if grant.exclusive:

@@ -19,6 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from resmgr.model.explanation import (
+    FRACTIONAL_CPU,
+    NO_FREE_CPUS,
+    NOT_GUARANTEED,
+    PREFERS_RESERVED,
+    PREFERS_SHARED,
+    RESERVED_NAMESPACE,
+)
 from resmgr.model.resources import (
     QOS_BESTEFFORT,
     QOS_GUARANTEED,
@@ -262,11 +270,15 @@ class TopologyAwarePolicy(Policy):
         if self.reserved:
             room = len(self.reserved) * 1000 - self._reserved_milli
             if not milli or room >= milli or not self._shared["root"]:
-                return Grant(pool=RESERVED, kind="reserved", shared_milli=milli)
+                return Grant(pool=RESERVED, kind="reserved", shared_milli=milli, unpinned=self._why_reserved(c))
             log.warning("topology-aware: %s/%s needs %dm of reserved CPU, only %dm left of %s; "
                         "using the root pool's shared CPUs instead", c.pod_name, c.name, milli, room,
                         format_cpuset(self.reserved))
-        return Grant(pool="root", kind="shared", shared_milli=milli)
+        return Grant(pool="root", kind="shared", shared_milli=milli, unpinned=self._why_reserved(c))
+
+    def _why_reserved(self, c: ContainerInfo) -> str:
+        return RESERVED_NAMESPACE if is_reserved_namespace(c, list(self.opts.reserved_pool_namespaces)) \
+            else PREFERS_RESERVED
 
     def _pool_grant(self, c: ContainerInfo) -> Grant:
         full, frac, isolate = self._preferences(c)
@@ -277,8 +289,19 @@ class TopologyAwarePolicy(Policy):
         for pool in ordered:
             grant = self._try_pool(pool, full, frac, isolate)
             if grant is not None:
-                return grant
-        return self._fallback(c, full, frac)
+                break
+        else:
+            grant = self._fallback(c, full, frac)
+        if not grant.exclusive:
+            grant.unpinned = NO_FREE_CPUS if full else self._why_shared(c)
+        return grant
+
+    @staticmethod
+    def _why_shared(c: ContainerInfo) -> str:
+        """Why a container that asked for no exclusive CPUs (``_preferences``) shares."""
+        if c.qos != QOS_GUARANTEED:
+            return NOT_GUARANTEED
+        return FRACTIONAL_CPU if c.request_milli % 1000 or not c.request_milli else PREFERS_SHARED
 
     def _rank(self, c: ContainerInfo, full: int, frac: int, isolate: bool) -> list[Pool]:
         """The pools that can hold the container's memory, best first, by upstream's compareScores.

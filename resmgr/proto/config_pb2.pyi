@@ -75,3 +75,39 @@ class SetAdjustmentReply(_message.Message):
     results: _containers.MessageMap[str, AdjustmentResult]
     error: str
     def __init__(self, results: _Optional[_Mapping[str, AdjustmentResult]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class GetPlacementsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Placement(_message.Message):
+    __slots__ = ("namespace", "pod", "pod_uid", "container", "container_id", "cpus", "mems", "pool", "unpinned", "detail")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    POD_UID_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMS_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    UNPINNED_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    pod: str
+    pod_uid: str
+    container: str
+    container_id: str
+    cpus: str
+    mems: str
+    pool: str
+    unpinned: str
+    detail: str
+    def __init__(self, namespace: _Optional[str] = ..., pod: _Optional[str] = ..., pod_uid: _Optional[str] = ..., container: _Optional[str] = ..., container_id: _Optional[str] = ..., cpus: _Optional[str] = ..., mems: _Optional[str] = ..., pool: _Optional[str] = ..., unpinned: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class GetPlacementsReply(_message.Message):
+    __slots__ = ("placements", "policy")
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    placements: _containers.RepeatedCompositeFieldContainer[Placement]
+    policy: str
+    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., policy: _Optional[str] = ...) -> None: ...

@@ -44,6 +44,11 @@ class ConfigStub:
                 request_serializer=resmgr_dot_proto_dot_config__pb2.SetAdjustmentRequest.SerializeToString,
                 response_deserializer=resmgr_dot_proto_dot_config__pb2.SetAdjustmentReply.FromString,
                 _registered_method=True)
+        self.GetPlacements = channel.unary_unary(
+                '/criresmgr.v1.Config/GetPlacements',
+                request_serializer=resmgr_dot_proto_dot_config__pb2.GetPlacementsRequest.SerializeToString,
+                response_deserializer=resmgr_dot_proto_dot_config__pb2.GetPlacementsReply.FromString,
+                _registered_method=True)
 
 
 class ConfigServicer:
@@ -64,6 +69,13 @@ class ConfigServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPlacements(self, request, context):
+        """Where the policy placed each container and why (the agent posts them as Events on the pods).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConfigServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -76,6 +88,11 @@ def add_ConfigServicer_to_server(servicer, server):
                     servicer.SetAdjustment,
                     request_deserializer=resmgr_dot_proto_dot_config__pb2.SetAdjustmentRequest.FromString,
                     response_serializer=resmgr_dot_proto_dot_config__pb2.SetAdjustmentReply.SerializeToString,
+            ),
+            'GetPlacements': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPlacements,
+                    request_deserializer=resmgr_dot_proto_dot_config__pb2.GetPlacementsRequest.FromString,
+                    response_serializer=resmgr_dot_proto_dot_config__pb2.GetPlacementsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -132,6 +149,33 @@ class Config:
             '/criresmgr.v1.Config/SetAdjustment',
             resmgr_dot_proto_dot_config__pb2.SetAdjustmentRequest.SerializeToString,
             resmgr_dot_proto_dot_config__pb2.SetAdjustmentReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPlacements(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/criresmgr.v1.Config/GetPlacements',
+            resmgr_dot_proto_dot_config__pb2.GetPlacementsRequest.SerializeToString,
+            resmgr_dot_proto_dot_config__pb2.GetPlacementsReply.FromString,
             options,
             channel_credentials,
             insecure,

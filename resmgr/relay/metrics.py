@@ -248,6 +248,14 @@ class RelayMetrics:
         self.pool_requested = CallbackGauge("cri_resmgr_pool_requested_cpus",
                                             "Sum of the CPU requests of the containers in each pool (or balloon), "
                                             "in CPUs", ["policy", "pool"], self.registry)
+        self.unpinned_containers = CallbackGauge(
+            "cri_resmgr_unpinned_containers",
+            "Containers the policy gave no CPUs of their own, by reason (not-guaranteed, fractional-cpu, "
+            "not-enough-free-cpus, reserved-namespace, policy-none, ...)", ["reason"], self.registry)
+        self.placement_drift = CallbackGauge(
+            "cri_resmgr_placement_drift_containers",
+            "Containers whose cgroup cpuset differed from the policy's decision at the last two checks "
+            "(every --resync-period)", [], self.registry)
         self.config_errors = Counter("cri_resmgr_config_errors",
                                      "Configs refused at startup, on SIGHUP or from the agent; the relay kept "
                                      "running on the last good config or policy none, by source (force-config, "
@@ -279,6 +287,12 @@ class RelayMetrics:
                                             for policy, (pool, cpus, mems, _) in _each(stats)]
         self.pool_requested.collect = lambda: [((policy, pool), milli / 1000)
                                                for policy, (pool, _, _, milli) in _each(stats)]
+
+    def watch_placements(self, unpinned: Callable[[], Iterable[tuple[tuple[str, ...], float]]],
+                         drifted: Callable[[], float]) -> None:
+        """Feed the placement gauges (ResourceManager.unpinned_counts and .drifted_containers) at every scrape."""
+        self.unpinned_containers.collect = unpinned
+        self.placement_drift.collect = lambda: [((), drifted())]
 
     def relay_error(self, method: str, kind: str) -> None:
         self.errors.labels(method, kind).inc()

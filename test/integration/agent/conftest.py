@@ -147,10 +147,11 @@ class PlaneNode:
                                                 field_selector=f"involvedObject.name={self.name}").items
         return sorted(items, key=lambda e: (e.metadata.creation_timestamp, e.metadata.resource_version))
 
-    def run_container(self, name: str, namespace: str = "default", pod: str | None = None, **resources: Any) -> str:
+    def run_container(self, name: str, namespace: str = "default", pod: str | None = None, qos: str = "besteffort",
+                      **resources: Any) -> str:
         """Run a pod with one container through the relay socket (as kubelet would); returns the container id."""
         pod = pod or name
-        pod_cfg = write_json(self.dir / f"{pod}-pod.json", make_pod_config(pod, namespace=namespace))
+        pod_cfg = write_json(self.dir / f"{pod}-pod.json", make_pod_config(pod, namespace=namespace, qos=qos))
         ctr_cfg = write_json(self.dir / f"{name}-ctr.json", make_container_config(name, **resources))
         ep = "unix://" + self.relay_socket
         try:

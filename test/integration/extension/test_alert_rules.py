@@ -69,6 +69,16 @@ def listing(method: str) -> Callable[[RelayMetrics], None]:
     return lambda m: m.observe(method, "OK", 0.001)
 
 
+def drift(containers: int) -> Callable[[RelayMetrics], None]:
+    return lambda m: m.watch_placements(lambda: [], lambda: float(containers))
+
+
+def drift_annotations(value: int) -> dict[str, str]:
+    """CriResmgrPlacementDrift's annotations with ``$value`` filled in (``expected`` fills only ``$labels``)."""
+    annotations = expected("CriResmgrPlacementDrift", node=NODE)["exp_annotations"]
+    return {k: v.replace("{{ $value }}", str(value)) for k, v in annotations.items()}
+
+
 def expected(name: str, **labels: str) -> dict[str, Any]:
     """The alert as promtool reports it: the rule's labels and its annotations with $labels filled in."""
     [alert] = [a for a in alerts.ALERTS if a.name == name]
@@ -150,6 +160,12 @@ CASES: dict[str, list[dict[str, Any]]] = {
              {relay_series(lambda m: m.policy_error("resync", "resync")): "_x10 1+1x30",
               relay_series(lambda m: m.policy_error("CreateContainer", "before")): "3x100"},
              "90m", []),
+    ],
+    "CriResmgrPlacementDrift": [
+        case("CriResmgrPlacementDrift", {relay_series(drift(2)): "2x45"}, "40m",
+             [expected("CriResmgrPlacementDrift", node=NODE) | {"exp_annotations": drift_annotations(2)}]),
+        # drift that a resync corrected within minutes; then none
+        case("CriResmgrPlacementDrift", {relay_series(drift(1)): "1x5 0x40"}, "40m", []),
     ],
     "CriResmgrRelayErrors": [
         # containerd unavailable for 10% of the calls

@@ -196,11 +196,14 @@ def test_agent_rbac_allows_what_the_agent_does_and_no_more(tools, seed_api):
     allowed = [("watch", "configmaps", "-n", "kube-system"), ("list", "configmaps", "-n", "kube-system"),
                ("watch", "nodes"), ("patch", "nodes"), ("create", "events", "-n", "default"),
                ("watch", "adjustments.criresmgr.intel.com", "-n", "kube-system"),
-               ("patch", "adjustments.criresmgr.intel.com", "--subresource=status", "-n", "kube-system")]
+               ("patch", "adjustments.criresmgr.intel.com", "--subresource=status", "-n", "kube-system"),
+               # placement Events on pods, in the pods' namespaces
+               ("create", "events", "-n", "prod"), ("patch", "events", "-n", "prod")]
     denied = [("list", "configmaps", "-n", "default"), ("update", "configmaps", "-n", "kube-system"),
               ("delete", "nodes"), ("list", "secrets", "-n", "kube-system"),
               ("update", "adjustments.criresmgr.intel.com", "-n", "kube-system"),
-              ("watch", "adjustments.criresmgr.intel.com", "-n", "default")]
+              ("watch", "adjustments.criresmgr.intel.com", "-n", "default"), ("delete", "events", "-n", "prod"),
+              ("list", "events", "-n", "prod")]
     assert [a for a in allowed if not can(agent, *a)] == []
     assert [d for d in denied if can(agent, *d)] == []
     # The installer works on the node only: no API rights at all.

@@ -14,6 +14,7 @@ class RecordingApplier:
         self.containers = containers or []
         self.overrides: dict[str, ContainerOverride] = {}
         self.fail_containers: set[str] = set()
+        self.explanations: list = []
 
     def apply_config(self, config, source, *, forced=False):
         wanted = config.policy.active
@@ -28,3 +29,6 @@ class RecordingApplier:
     def apply_adjustments(self, overrides):
         self.overrides = {k: v for k, v in overrides.items() if k not in self.fail_containers}
         return {cid: "policy could not place it" for cid in overrides if cid in self.fail_containers}
+
+    def placements(self):
+        return self.policy, list(self.explanations)

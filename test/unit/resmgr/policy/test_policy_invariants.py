@@ -36,6 +36,7 @@ from hypothesis.stateful import (
 from unit.resmgr.rm_driver import Driver
 
 from resmgr.config import validate_config_text
+from resmgr.model.explanation import UNPINNED_REASONS
 from resmgr.topology import Topology, parse_cpuset
 
 UPSTREAM_DATA = Path(__file__).resolve().parents[4] / "test" / "data" / "upstream"
@@ -361,6 +362,16 @@ def make_machine(topology: Topology, config_text: str,
                 if mems is not None:  # memory nodes: those with CPUs and CPU-less PMEM/HBM ones
                     memory_nodes = set(topology.nodes) | set(topology.memory_types)
                     assert parse_cpuset(mems) and parse_cpuset(mems) <= memory_nodes
+            # Every container the runtime made has an explanation; "pinned" means CPUs of its own, and an
+            # unpinned one names a reason of the declared set.
+            explained = {e.container_id: e for e in rm.explanations()}
+            assert explained.keys() == {cid for cid in placements if cid in rm.containers}
+            for cid, e in explained.items():
+                grant = policy.grants.get(cid)
+                assert e.unpinned in UNPINNED_REASONS or (e.pinned and grant is not None), (cid, e)
+                if e.pinned:
+                    assert grant.exclusive or grant.kind in ("balloon", "pool"), (cid, grant, e)
+                assert e.pool == (grant.pool if grant is not None else "")
             if not self.d.runtime.cpusets and not policy.containers:
                 assert policy.exclusive_sets() == self.initial or policy.name == "balloons"
                 if policy.name == "balloons":
