@@ -56,7 +56,7 @@ endef
 # The JUnit report has every test's duration.
 TEST_WORKERS ?= 4
 test: venv
-	$(call run_pytest,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS) --junitxml=_out/junit.xml test/e2e test/unit test/integration)
+	$(call run_pytest,-n $(TEST_WORKERS) --no-loadscope-reorder $(PYTEST_ARGS) --junitxml=_out/junit.xml test/e2e test/unit test/integration)
 
 test-unit: venv
 	$(call run_pytest,test/unit)

@@ -45,6 +45,7 @@ from devland.workloads import (  # noqa: E402
     daemonset_rolled_out,
     exclusive_cpus,
     guaranteed_pod,
+    wait_placement_event,
     wait_pod_running,
 )
 
@@ -146,9 +147,13 @@ class Demo:
             raise RuntimeError(f"not pinned: relay set {told!r}, cgroup has {cpus!r}, node has {self.all_cpus!r}")
         # Exclusive: no other running container on the node (system pods, the agent, ...) has any of its CPUs.
         cpus, others = exclusive_cpus(node, pod)
+        # What an operator reads with kubectl: the agent's placement Event on the pod.
+        event = wait_placement_event(self.land.shoot, "demo-pinned")
+        if event["reason"] != "CPUsPinned":
+            raise RuntimeError(f"pinned, yet the pod's placement Event says {event['reason']}: {event['message']}")
         return (f"static policy: pod demo-pinned on {node.name} has an exclusive CPU: host cgroup cpuset.cpus={cpus} "
                 f"(node has {self.all_cpus}; the {len(others)} other containers there: "
-                f"{','.join(sorted(set(others.values())))})")
+                f"{','.join(sorted(set(others.values())))}); Event {event['reason']}: {event['message']}")
 
     def config_change(self) -> str:
         node = self.nodes[0]
@@ -168,8 +173,11 @@ class Demo:
         told, cpus = container_cpuset(node, pod)
         if cpus != self.all_cpus:
             raise RuntimeError(f"PinCPU: false, yet the new pod's cgroup has {cpus!r} (relay set {told!r})")
+        event = wait_placement_event(self.land.shoot, "demo-unpinned")
+        if event["reason"] != "NotPinned" or "not pinned: " not in event["message"]:
+            raise RuntimeError(f"unpinned, yet the pod's placement Event says {event['reason']}: {event['message']}")
         return (f"topology-aware with PinCPU: false reached {node.name} (policy switched live); new Guaranteed pod "
-                f"cpuset.cpus={cpus} (not pinned)")
+                f"cpuset.cpus={cpus} (not pinned); Event {event['reason']}: {event['message']}")
 
     def disable(self) -> str:
         self.t_disable = time.monotonic()

@@ -12,7 +12,7 @@ from fixtures import hypothesis_profiles
 from fixtures.containerd import Containerd, running_containerd, runtime_from_env
 from fixtures.seed_api import SeedAPI
 from fixtures.tiers import tier_of
-from fixtures.workers import group_of
+from fixtures.workers import GroupScheduling
 
 from devland.systemd_node import SystemdNode, extract_rootfs
 from devland.tools import Tools, find_tools
@@ -34,8 +34,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = tier_of(relpath)
         if tier is not None:
             item.add_marker(tier)
-            # Which worker of `make test` runs it (test/fixtures/workers.py); pytest-xdist reads this mark.
-            item.add_marker(pytest.mark.xdist_group(group_of(relpath)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 (xdist's scheduler type)
+    """`make test`'s parallel workers get our units of work: a landscape group, else a test file
+    (test/fixtures/workers.py)."""
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

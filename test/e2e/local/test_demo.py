@@ -27,4 +27,6 @@ def test_demo_runs_end_to_end(tools, tmp_path):
     assert "Kubernetes v1." in out and "gardener-resource-manager v1." in out and "docker-registry" in out
     assert re.search(r"Gardener v1\.\d+\.\d+ ", out), "the summary names the Gardener version"
     assert "cpuset.cpus=" in out and "identical" in out and "nothing left" in out
+    # The agent's placement Events on the pinned pod and on its unpinned twin (issue 29 item 3).
+    assert "Event CPUsPinned: container " in out and "Event NotPinned: container " in out
     assert "FAILED" not in out
