@@ -63,7 +63,7 @@ ENTRYPOINT ["gardener-extension-cri-resmgr"]
 # and the installer copies the same directory to nodes (its --binary default).
 FROM ${BASE_IMAGE} AS installation
 COPY --from=executable /out/cri-resmgr.dir /opt/cri-resmgr/lib
-RUN for c in cri-resmgr cri-resmgr-agent cri-resmgr-agent-probe cri-resmgr-installer cri-resmgr-webhook; do \
+RUN for c in cri-resmgr cri-resmgr-agent cri-resmgr-agent-probe cri-resmgr-installer cri-resmgr-installer-probe cri-resmgr-webhook; do \
         ln -s /opt/cri-resmgr/lib/cri-resmgr /usr/local/bin/$c; done \
     && command -v nsenter
 ENTRYPOINT ["/usr/local/bin/cri-resmgr-installer"]

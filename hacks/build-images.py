@@ -29,7 +29,7 @@ from shipped_images import image_names, run_builder
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM_DIR = "/opt/cri-resmgr/lib"
 NODE_COMMANDS = ["cri-resmgr", "cri-resmgr-agent", "cri-resmgr-agent-probe", "cri-resmgr-installer",
-                 "cri-resmgr-webhook"]
+                 "cri-resmgr-installer-probe", "cri-resmgr-webhook"]
 EXTENSION_COMMAND = "gardener-extension-cri-resmgr"
 NONROOT = 65532
 # glibc and libgcc_s: what the PyInstaller bootloader and its bundled libraries expect from the system.

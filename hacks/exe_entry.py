@@ -40,6 +40,11 @@ def _agent_probe() -> Main:
     return main
 
 
+def _installer_probe() -> Main:
+    from installer.probe import main
+    return main
+
+
 def _webhook() -> Main:
     from resmgr.webhook.cli import main
     return main
@@ -60,6 +65,7 @@ COMMANDS: dict[str, Callable[[], Main]] = {
     "cri-resmgr-agent": _agent,
     "cri-resmgr-agent-probe": _agent_probe,
     "cri-resmgr-installer": _installer,
+    "cri-resmgr-installer-probe": _installer_probe,
     "cri-resmgr-webhook": _webhook,
     "gardener-extension-cri-resmgr": _extension,
 }

@@ -110,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--binary", default="/opt/cri-resmgr/lib", type=Path,
                    help="the cri-resmgr program to install: the unpacked build's directory (with cri-resmgr at "
                         "its top), or a single executable (default: /opt/cri-resmgr/lib in the image)")
-    p.add_argument("--ready-file", default="/var/run/cri-resmgr-installer/ready", type=Path,
-                   help="readiness file for the probe (default: /var/run/cri-resmgr-installer/ready)")
+    p.add_argument("--ready-file", default=readiness.DEFAULT_READY_FILE, type=Path,
+                   help=f"readiness file for the probe (default: {readiness.DEFAULT_READY_FILE})")
     p.add_argument("--probe-max-age", type=float, default=readiness.DEFAULT_MAX_AGE_S, metavar="S",
                    help="probe: a ready file older than this many seconds is not ready (default: %(default)s)")
     p.add_argument("--once", action="store_true",

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 DEFAULT_MAX_AGE_S = 120.0
+DEFAULT_READY_FILE = "/var/run/cri-resmgr-installer/ready"
 
 
 def write_ready(path: Path, ready: bool, reason: str, mode: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from devland.waiting import wait_until
 from resmgr.configplane import AgentClient, AgentError
 
 pytestmark = pytest.mark.integration
@@ -29,7 +30,10 @@ def test_node_operations_through_the_agent(plane_node):
             agent.patch_node({"not": "a list"}, patch_type="json")
         with pytest.raises(AgentError, match="INVALID_ARGUMENT|UNPROCESSABLE|HTTP 422"):
             agent.patch_node([{"op": "replace", "path": "/metadata/name", "value": "x"}], patch_type="json")
-        assert agent.health_check("config-status") == ""
+        # Healthy once its first ConfigMap list is in (under load that came after the calls above: "not synced
+        # with the Kubernetes API yet (configmaps: listing)"); waited for, then it must say nothing.
+        wait_until("the agent's ConfigMap watch synced", lambda: (
+            (status := agent.health_check("config-status")) == "", status), 120, 0.5)
         assert "unknown health query" in agent.health_check("nonsense")
     finally:
         agent.close()

@@ -73,8 +73,7 @@ spec:
         readinessProbe:
           exec:
             command:
-            - cri-resmgr-installer
-            - probe
+            - cri-resmgr-installer-probe
           initialDelaySeconds: 2
           periodSeconds: 5
           timeoutSeconds: 5
