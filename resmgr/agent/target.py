@@ -59,7 +59,13 @@ class ConfigSocketTarget:
         self._channel.close()
 
     def _call(self, name: str, request: Any) -> Any:
-        return call_unary(self._stub, name, request, self.timeout, PushError, self.socket_path)
+        reply = call_unary(self._stub, name, request, self.timeout, PushError, self.socket_path)
+        # An answer proves the connection. grpc's subscription reports the state its watcher reads after a
+        # change, so READY can be skipped when the connection drops right after: a cri-resmgr restarted just
+        # after a push then went unnoticed (seen in a loaded CI run) and never got its config again.
+        with self._lock:
+            self._ready = True
+        return reply
 
     def set_config(self, node: str, sections: Mapping[str, str], source: str) -> str:
         reply = self._call("SetConfig", config_pb2.SetConfigRequest(node_name=node, config=dict(sections),

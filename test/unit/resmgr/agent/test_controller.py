@@ -7,6 +7,7 @@ import shutil
 import tempfile
 import time
 
+import grpc
 import pytest
 from unit.resmgr.configplane.applier_helpers import RecordingApplier
 
@@ -181,6 +182,18 @@ def test_reconnect_delivers_again(env):
     assert env.target.epoch() > epoch, "the lost connection was not noticed"
     env.later()
     assert len(env.applier.applied) == 2  # the restarted cri-resmgr got it again
+
+
+def test_a_lost_connection_counts_even_when_grpc_never_reported_it_ready(env):
+    """grpc's connectivity subscription may skip READY when a connection drops right after a call; the answered
+    call itself proves the connection, so the next state that is not READY is a loss."""
+    env.target._channel.unsubscribe(env.target._on_state)  # no READY callback at all: the skipped case
+    env.set_cm(DEFAULT, "1", policy=reserved("0"))
+    env.pusher.reconcile()
+    assert env.applier.applied, "the push did not reach the server"
+    epoch = env.target.epoch()
+    env.target._on_state(grpc.ChannelConnectivity.TRANSIENT_FAILURE)
+    assert env.target.epoch() == epoch + 1
 
 
 def test_switching_between_configmaps_by_label(env):
