@@ -4,12 +4,32 @@ the node-scoped admission policies (the agent's own Node, the installer's own re
 from __future__ import annotations
 
 import json
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from integration.extension.test_extension_charts import INSTALL_CHART, INSTALL_VALUES, helm
+
+
+T = TypeVar("T")
+
+# An upper bound for a failing test only: the wait ends at the first denial.
+POLICY_LOAD_LIMIT_S = 120
+
+
+def first_denial(attempt: Callable[[], T], denied: Callable[[T], bool], undo: Callable[[], None]) -> T:
+    """Repeat ``attempt`` (each a fresh, uncached write) until the API server denies it, which is when it has
+    loaded the chart's admission policy; ``undo`` removes what an allowed attempt wrote. Returns the denial, or
+    the last allowed result after POLICY_LOAD_LIMIT_S."""
+    deadline = time.monotonic() + POLICY_LOAD_LIMIT_S
+    result = attempt()
+    while not denied(result) and time.monotonic() < deadline:
+        undo()
+        time.sleep(0.5)
+        result = attempt()
+    return result
 
 
 class BoundPod(NamedTuple):

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import ssl
-import time
 import urllib.error
 import urllib.request
 from typing import NamedTuple
 
-from integration.extension.pod_bound_token import pod_bound_token
+from integration.extension.pod_bound_token import first_denial, pod_bound_token
 from integration.extension.test_extension_charts import INSTALL_CHART, INSTALL_VALUES, helm
 
 POLICY = "cri-resmgr-agent-own-node"
@@ -43,11 +42,7 @@ def test_agent_can_patch_its_own_node_only(tools, seed_api):
                 return Result(err.code, err.read().decode(errors="replace"))
 
         # The policy takes effect once the API server has loaded it: wait for the first denial.
-        deadline = time.monotonic() + 30
-        denied = patch(other)
-        while denied.returncode == 0 and time.monotonic() < deadline:
-            time.sleep(0.5)
-            denied = patch(other)
+        denied = first_denial(lambda: patch(other), denied=lambda r: r.returncode != 0, undo=lambda: None)
         assert denied.returncode != 0, "patching another node was allowed"
         assert "may change only the node its pod runs on" in denied.stderr and POLICY in denied.stderr
         assert patch(own).returncode == 0, patch(own).stderr
