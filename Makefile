@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export CRI_RESMGR_DEV_CACHE ?= $(HOME)/.cache/cri-resmgr-dev
 
-.PHONY: setup venv tools demo test test-unit test-integration test-main test-landscape test-explore lint bench bench-relay bench-policy bench-install bench-extension clean
+.PHONY: setup venv tools demo test test-unit test-integration test-main test-landscape test-explore lint bench bench-relay bench-policy bench-nri bench-install bench-extension clean
 
 setup: venv tools
 
@@ -97,7 +97,7 @@ lint: venv
 # RELAY_BENCH_EXE=onefile measures the one-file build (its bootloader counts in every RSS figure),
 # RELAY_BENCH_EXE=venv the venv's cri-resmgr instead,
 # CRI_RESMGR_TEST_CONTAINERD=debian Debian's containerd 1.6. The summary line says which (build=..., containerd=...).
-bench-relay bench-policy bench-install bench-extension: bench-%: venv
+bench-relay bench-policy bench-nri bench-install bench-extension: bench-%: venv
 	$(PY) -m pytest -s -p no:cacheprovider -o addopts="" --timeout=3600 test/bench/bench_$*.py
 
 clean:

@@ -170,15 +170,16 @@ def concurrent_starts(stub: api_pb2_grpc.RuntimeServiceStub, n: int, tag: str, i
     return wall
 
 
-def concurrent_ratio(direct, via, n: int, image: str) -> float:
+def concurrent_ratio(direct, via, n: int, image: str, *, via_name: str = "relay", direct_name: str = "direct") -> float:
+    """The median wall time of ``n`` pod starts at once through ``via`` over ``direct``'s (rounds interleaved)."""
     d, r = [], []
     for i in range(CONCURRENT_ROUNDS):
         order = [(direct, d, "d"), (via, r, "r")]
         for stub, out, tag in order if i % 2 else order[::-1]:
             out.append(concurrent_starts(stub, n, f"{tag}{n}-{i}", image))
     ratio = statistics.median(r) / statistics.median(d)
-    print(f"  {n} pod starts at once: direct {statistics.median(d):.2f}s relay {statistics.median(r):.2f}s "
-          f"ratio {ratio:.3f}", flush=True)
+    print(f"  {n} pod starts at once: {direct_name} {statistics.median(d):.2f}s {via_name} "
+          f"{statistics.median(r):.2f}s ratio {ratio:.3f}", flush=True)
     return ratio
 
 

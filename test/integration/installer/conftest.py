@@ -42,8 +42,17 @@ class InstallerNode:
         r = run_installer(self.node, self.binary, self.config_dir, self.ready_file, *extra, env=env)
         self.runs.append(r)
         if expect_rc is not None:
-            assert r.returncode == expect_rc, f"installer exited {r.returncode}:\n{r.stderr[-4000:]}"
+            assert r.returncode == expect_rc, \
+                f"installer exited {r.returncode}:\n{r.stderr[-4000:]}\n{self.relay_unit_report()}"
         return r
+
+    def relay_unit_report(self) -> str:
+        """The relay unit's state and journal on the node: why systemd refused or stopped it (start limit, a
+        failed ExecStartPre, the relay's own exit), which the installer's log does not say."""
+        unit = "cri-resource-manager.service"
+        status = self.node.run(["systemctl", "status", "--no-pager", "-n", "0", unit], check=False)
+        journal = self.node.run(["journalctl", "--no-pager", "-n", "60", "-u", unit], check=False)
+        return f"--- systemctl status {unit}:\n{status.stdout[-2000:]}\n--- its journal:\n{journal.stdout[-6000:]}"
 
     def uninstall(self, expect_rc: int | None = 0):
         return self.install("--mode", "uninstall", expect_rc=expect_rc)
