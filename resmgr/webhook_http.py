@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import ssl
 import sys
 import threading
@@ -163,8 +164,6 @@ class AdmissionServer(ThreadingHTTPServer):
 
 def serve_until_stopped(server: AdmissionServer, log_: logging.Logger, paths: list[str]) -> int:
     """Serve until SIGTERM (pod deletion) or Ctrl-C; returns the exit code 0."""
-    import signal
-
     # shutdown() must come from another thread than serve_forever().
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     log_.info("serving", extra={"address": server.settings.address or "*", "port": server.server_address[1],
