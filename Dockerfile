@@ -2,7 +2,9 @@
 # The two shipped images, built daemonlessly here with buildah (`make build-dockerfile-images`, see
 # hacks/build-dockerfile-images.py) or with any BuildKit-compatible engine elsewhere:
 #   --target extension      gardener-extension-cri-resmgr: Python venv with the package, the helm CLI,
-#                           the charts at /charts; runs as uid 65532
+#                           the charts at /charts; runs as uid 65532. It also carries
+#                           gardener-extension-admission-cri-resmgr (the garden's admission, started by its
+#                           chart with that command)
 #   --target installation   cri-resmgr-installer / cri-resmgr-agent: the frozen cri-resmgr program (no Python),
 #                           the single-file executable the installer copies to nodes, and nsenter
 #
@@ -30,6 +32,7 @@ COPY resmgr resmgr
 COPY installer installer
 COPY noderecord noderecord
 COPY extension extension
+COPY admission admission
 RUN --mount=type=secret,id=pip_ca \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
     && python3 -m venv /venv && /venv/bin/pip install /src && rm -rf /src/build

@@ -21,19 +21,15 @@ import noderecord
 from extension import base_configs, node_proof, webhook
 from extension import constants as c
 from extension.component import ManagedResourceComponent, NotHealthy
-from extension.configs import SplitConfigs, merge_configs, validate_and_split
+from extension.configs import SplitConfigs, validate_and_split
 from extension.errors import ConfigurationError, RetryLater
 from extension.gardener import imagevector
 from extension.gardener.cluster import ClusterInfo
 from extension.gardener.kube import Apis
 from extension.installation import INSTALL, UNINSTALL, Installation, InstallationValues
 from extension.monitoring import Monitoring
-from extension.provider_config import (
-    ProviderConfig,
-    check_pool_configs,
-    check_worker_pools,
-    parse_provider_config,
-)
+from extension.provider_config import ProviderConfig, parse_provider_config
+from extension.shoot_config import check_shoot_config, shoot_configs, with_base
 from extension.webhook_certs import CARotation
 
 log = logging.getLogger("extension.actuator")
@@ -93,12 +89,18 @@ class Actuator:
     def provider_config(self, extension: dict[str, Any]) -> ProviderConfig:
         return parse_provider_config((extension.get("spec") or {}).get("providerConfig"))
 
-    def configs(self, pc: ProviderConfig, base: dict[str, str] | None) -> SplitConfigs:
-        """The base configs merged with the shoot's, validated and split."""
-        merged = merge_configs(base or {}, pc.configs)
+    def configs(self, pc: ProviderConfig, base: dict[str, str] | None,
+                shoot: SplitConfigs | None = None) -> SplitConfigs:
+        """The base configs merged with the shoot's (per name the shoot's wins), validated and split.
+
+        ``shoot``: the shoot's configs as extension.shoot_config validated them (the garden's admission runs
+        the same check); only the base configs the shoot does not replace are validated here.
+        """
+        if shoot is None:
+            shoot = shoot_configs(pc)
         origin_base = f"configmap {self.settings.configmap_namespace}/{c.CONFIGS_CONFIGMAP_NAME}"
-        origins = {name: ("providerConfig.configs" if name in pc.configs else origin_base) for name in merged}
-        return validate_and_split(merged, origins=origins)
+        base_only = {name: text for name, text in (base or {}).items() if name not in pc.configs}
+        return with_base(shoot, validate_and_split(base_only, where=origin_base))
 
     def images(self, cluster: ClusterInfo) -> dict[str, str]:
         vector = imagevector.load(self.settings.images_file, self.settings.imagevector_overwrite)
@@ -164,12 +166,13 @@ class Actuator:
     def reconcile(self, extension: dict[str, Any], cluster: ClusterInfo) -> ReconcileResult:
         ns = extension["metadata"]["namespace"]
         # Validate first even when hibernated: a bad config is reported early either way.
-        pc = self.provider_config(extension)
-        pools = [*check_worker_pools(pc.worker_pools, list(cluster.worker_pools)),
-                 *check_pool_configs(pc.configs, list(cluster.worker_pools))]
+        # The shoot's part is the check the garden's admission runs (extension/shoot_config.py).
+        shoot = check_shoot_config((extension.get("spec") or {}).get("providerConfig"),
+                                   shoot_pools=list(cluster.worker_pools))
+        pc = shoot.provider_config
         base = self.base_configs()  # the one read of the ConfigMap in this reconcile
-        split = self.configs(pc, base)  # and the one validation
-        warnings = (*pools, *split.notes)
+        split = self.configs(pc, base, shoot.configs)  # and the one validation of the base configs
+        warnings = (*shoot.pool_warnings, *split.notes)
         used = base_configs.digest(base) if base is not None else None
         if cluster.hibernated:
             log.info("shoot is hibernated, nothing deployed", extra={"namespace": ns})

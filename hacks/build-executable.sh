@@ -6,7 +6,8 @@
 # Writes OUTPUT (one file) and OUTPUT.dir/ (the same program unpacked, for images;
 # see hacks/cri-resmgr.spec).
 # One binary holds cri-resmgr, cri-resmgr-agent, cri-resmgr-agent-probe,
-# cri-resmgr-installer and gardener-extension-cri-resmgr; it runs the command
+# cri-resmgr-installer, gardener-extension-cri-resmgr and
+# gardener-extension-admission-cri-resmgr; it runs the command
 # named by its own basename or by its first argument (hacks/exe_entry.py).
 # The result runs on a node without Python (same or newer glibc than the
 # build host). The build is slow, so it is cached: OUTPUT is rebuilt only when
@@ -35,7 +36,7 @@ flock 9
 hash=$(
     cd "$repo"
     {
-        find resmgr installer noderecord extension -type f \( -name '*.py' -o -name '*.j2' -o -name '*.yaml' -o -name '*.proto' \) \
+        find resmgr installer noderecord extension admission -type f \( -name '*.py' -o -name '*.j2' -o -name '*.yaml' -o -name '*.proto' \) \
             -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum
         sha256sum hacks/exe_entry.py hacks/build-executable.sh hacks/cri-resmgr.spec
         "$python" -m pip freeze --exclude-editable 2>/dev/null

@@ -2,7 +2,8 @@
 """Build the two shipped images as docker-archive tars, without a container engine.
 
   extension image     gardener-extension-cri-resmgr, the helm CLI and the charts at /charts;
-                      runs as uid 65532 with CRI_RESMGR_CHARTS_DIR=/charts.
+                      runs as uid 65532 with CRI_RESMGR_CHARTS_DIR=/charts. Also carries
+                      gardener-extension-admission-cri-resmgr (the garden's admission).
   installation image  cri-resmgr, cri-resmgr-agent(-probe), cri-resmgr-installer and cri-resmgr-webhook on PATH,
                       and nsenter; tagged as both the installer and the agent image. The installer copies
                       the program directory /opt/cri-resmgr/lib to nodes (its --binary default).
@@ -31,6 +32,8 @@ PROGRAM_DIR = "/opt/cri-resmgr/lib"
 NODE_COMMANDS = ["cri-resmgr", "cri-resmgr-agent", "cri-resmgr-agent-probe", "cri-resmgr-installer",
                  "cri-resmgr-installer-probe", "cri-resmgr-webhook"]
 EXTENSION_COMMAND = "gardener-extension-cri-resmgr"
+# The garden's admission runs from the extension image (its chart names the command).
+ADMISSION_COMMAND = "gardener-extension-admission-cri-resmgr"
 NONROOT = 65532
 # glibc and libgcc_s: what the PyInstaller bootloader and its bundled libraries expect from the system.
 SYSTEM_LIB_PACKAGES = ["libc6", "libgcc-s1"]
@@ -122,7 +125,7 @@ def build(args: argparse.Namespace) -> dict[str, list[str]]:
     log("base layer (glibc, /tmp, users)")
     base = base_layer()
     log(f"program layer from {executable_dir}")
-    program = program_layer(executable_dir, [*NODE_COMMANDS, EXTENSION_COMMAND])
+    program = program_layer(executable_dir, [*NODE_COMMANDS, EXTENSION_COMMAND, ADMISSION_COMMAND])
 
     written: dict[str, list[str]] = {}
     log(f"installation image: nsenter from {args.nsenter}")

@@ -50,6 +50,11 @@ def _webhook() -> Main:
     return main
 
 
+def _admission() -> Main:
+    from admission.cli import main
+    return main
+
+
 def _installer() -> Main:
     from installer.cli import main
     return main
@@ -68,6 +73,7 @@ COMMANDS: dict[str, Callable[[], Main]] = {
     "cri-resmgr-installer-probe": _installer_probe,
     "cri-resmgr-webhook": _webhook,
     "gardener-extension-cri-resmgr": _extension,
+    "gardener-extension-admission-cri-resmgr": _admission,
 }
 
 USAGE = """usage: {prog} COMMAND [ARGS...]   (or invoke this file under a command's name)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import ssl
 import sys
-import threading
 
 from resmgr.logsetup import setup_logging_from_args
 from resmgr.options import add_logging_arguments
 from resmgr.webhook.server import HEALTH_PATH, MUTATE_PATH, ServerSettings, WebhookServer, tls_context
+from resmgr.webhook_http import serve_until_stopped
 
 log = logging.getLogger("resmgr.webhook")
 
@@ -63,18 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ssl.SSLError) as err:
         log.error("cannot start: %s", err, extra={"port": args.port})
         return 1
-    # SIGTERM (pod deletion) stops serving; shutdown() must come from another thread than serve_forever().
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
-    log.info("serving", extra={"address": args.address or "*", "port": server.server_address[1],
-                               "paths": [MUTATE_PATH, HEALTH_PATH]})
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    log.info("stopped")
-    return 0
+    return serve_until_stopped(server, log, [MUTATE_PATH])
 
 
 if __name__ == "__main__":

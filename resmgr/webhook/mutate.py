@@ -17,17 +17,15 @@ import logging
 from typing import Any
 
 from resmgr.model.annotation_budget import RESOURCES_ANNOTATION
+from resmgr.webhook_http import ADMISSION_API_VERSION, ADMISSION_KIND, BadReview, parse_review, review_answer
+
+__all__ = ["ADMISSION_API_VERSION", "ADMISSION_KIND", "BadReview", "admission_response", "parse_review",
+           "pod_patch", "resource_annotation"]
 
 log = logging.getLogger("resmgr.webhook")
 
-ADMISSION_API_VERSION = "admission.k8s.io/v1"
-ADMISSION_KIND = "AdmissionReview"
 # The ResourceRequirements fields upstream copies (Go's omitempty drops the empty ones).
 _REQUIREMENT_FIELDS = ("limits", "requests", "claims")
-
-
-class BadReview(ValueError):
-    """The body is not an AdmissionReview v1 request (answered with HTTP 400)."""
 
 
 def _json_pointer_escape(key: str) -> str:
@@ -61,23 +59,6 @@ def pod_patch(pod: dict[str, Any]) -> list[dict[str, Any]]:
     return ops
 
 
-def parse_review(body: bytes) -> dict[str, Any]:
-    """The ``request`` of an AdmissionReview v1; BadReview when the body is something else."""
-    try:
-        review = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadReview(f"body is not JSON: {err}") from None
-    if not isinstance(review, dict):
-        raise BadReview("body is not a JSON object")
-    if review.get("apiVersion") != ADMISSION_API_VERSION or review.get("kind") != ADMISSION_KIND:
-        raise BadReview(f"expected {ADMISSION_API_VERSION} {ADMISSION_KIND}, got "
-                        f"{review.get('apiVersion')!r} {review.get('kind')!r}")
-    request = review.get("request")
-    if not isinstance(request, dict) or not isinstance(request.get("uid"), str) or not request["uid"]:
-        raise BadReview("AdmissionReview has no request with a uid")
-    return request
-
-
 def _is_pod(request: dict[str, Any]) -> bool:
     resource = request.get("resource") or {}
     return (resource.get("group", "") == "" and resource.get("version") == "v1"
@@ -106,4 +87,4 @@ def admission_response(request: dict[str, Any]) -> dict[str, Any]:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
             log.info("annotated pod", extra={**where, "annotation": patch[-1]["value"]})
-    return {"apiVersion": ADMISSION_API_VERSION, "kind": ADMISSION_KIND, "response": response}
+    return review_answer(response)

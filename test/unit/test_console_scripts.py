@@ -6,7 +6,8 @@ import pytest
 from unit.venv_scripts import run
 
 SCRIPTS = ["gardener-extension-cri-resmgr", "cri-resmgr", "cri-resmgr-agent", "cri-resmgr-agent-probe",
-           "cri-resmgr-installer", "cri-resmgr-installer-probe", "cri-resmgr-webhook"]
+           "cri-resmgr-installer", "cri-resmgr-installer-probe", "cri-resmgr-webhook",
+           "gardener-extension-admission-cri-resmgr"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

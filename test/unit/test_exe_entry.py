@@ -46,6 +46,7 @@ def test_missing_hooks_are_skipped(tmp_path, exe_entry):
     ("cri-resmgr-agent", True),
     ("cri-resmgr-installer", True),
     ("gardener-extension-cri-resmgr", True),
+    ("gardener-extension-admission-cri-resmgr", True),
 ])
 def test_only_the_relay_starts_without_the_hooks(tmp_path, exe_entry, monkeypatch, command, runs_hooks):
     log = tmp_path / "ran"

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAYERS: list[set[str]] = [
     {"resmgr", "durations"},
     {"options"},
-    {"logsetup", "topology", "proto", "rpc"},
+    {"logsetup", "topology", "proto", "rpc", "webhook_http"},  # webhook_http: shared with admission/
     {"config"},
     {"model"},  # pods, containers, expressions, the annotation budget
     {"policy", "control", "relay"},  # relay/hooks.py is the contract the manager implements

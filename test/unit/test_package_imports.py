@@ -33,11 +33,13 @@ def imported_packages(package: str) -> dict[str, set[str]]:
 
 # The top-level names test/ provides (pytest's pythonpath has test/): fixtures and the test packages.
 TEST_TREE = {"fixtures", "unit", "integration", "e2e", "bench", "conftest"}
-SHIPPED = ("extension", "installer", "noderecord", "resmgr")
+SHIPPED = ("admission", "extension", "installer", "noderecord", "resmgr")
 
 
 @pytest.mark.parametrize("package, forbidden", [
-    ("extension", {"installer", "devland"}),
+    ("extension", {"installer", "devland", "admission"}),
+    # The garden's admission runs the extension's own validation (extension.shoot_config), never the node side.
+    ("admission", {"installer", "devland", "kopf", "kubernetes"}),
     ("installer", {"extension", "devland"}),
     ("noderecord", {"extension", "installer", "resmgr", "devland"}),
     ("resmgr", {"extension", "installer", "devland"}),
@@ -103,6 +105,6 @@ def test_the_landscape_is_not_packaged() -> None:
     assert [p for p in include if fnmatch.fnmatch("devland", p)] == []
     assert all(any(fnmatch.fnmatch(pkg, p) for p in include) for pkg in SHIPPED)
     build = (REPO / "hacks" / "build-executable.sh").read_text()
-    assert "find " + " ".join(("resmgr", "installer", "noderecord", "extension")) in build
+    assert "find " + " ".join(("resmgr", "installer", "noderecord", "extension", "admission")) in build
     assert "devland" not in build and "devland" not in (REPO / "hacks" / "cri-resmgr.spec").read_text()
     assert "devland" in (REPO / ".dockerignore").read_text().split()

@@ -5,11 +5,17 @@ gardener-resource-manager (class seed) applies; then a shoot's Extension reconci
 
 Its own landscape (Landscape(controller_installation=True)): the shared one of conftest.py deploys the extension
 itself. Only the shoot part of gardenlet (Cluster, Extension) is still the stand-in.
+
+The same garden shows the garden-side admission (issue 29, item 1): the real gardener-apiserver calls
+gardener-extension-admission-cri-resmgr for Shoots that enable the extension, and `kubectl apply` refuses a bad
+providerConfig naming the field.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -19,7 +25,11 @@ import pytest
 from e2e.targets import LandscapeTarget
 
 from devland import Images, Landscape, build_images, garden, seed_extension
+from devland import control_plane as cp
+from devland.kube import Kube
+from devland.procs import Process, free_port
 from devland.tools import Tools
+from devland.waiting import wait_until
 
 REGISTRATION = "cri-resmgr-extension"
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
@@ -85,3 +95,91 @@ def test_gardenlet_installs_the_extension_and_an_extension_reconciles(ci_landsca
     print(f"extension_reconciled_s={time.monotonic() - t1:.1f}")
     ext = target.gardenlet.extension()
     assert ext["status"]["lastOperation"]["state"] == "Succeeded"
+
+
+ADMISSION = "gardener-extension-admission-cri-resmgr"
+BAD_DEFAULT = "policy:\n  Active: no-such-policy\n"
+GOOD_DEFAULT = "policy:\n  Active: topology-aware\n  ReservedResources:\n    CPU: 750m\n"
+
+
+def cri_resmgr(default: str) -> dict:
+    return {"type": REGISTRATION, "providerConfig": {
+        "apiVersion": "cri-resmgr.extensions.gardener.cloud/v1alpha1", "kind": "CriResMgrConfig",
+        "configs": {"default": default}}}
+
+
+def test_the_garden_refuses_a_bad_shoot_at_apply(ci_landscape: Landscape, tmp_path: Path) -> None:
+    """gardener-apiserver (real, v1.149.3) calls the admission through the application part of
+    charts/gardener-extension-admission-cri-resmgr (its ValidatingWebhookConfiguration as rendered, objectSelector
+    and all), and `kubectl apply` of a Shoot with a bad providerConfig fails with the field path.
+
+    Stand-in: the webhook server runs as a process of the landscape (the console script the image runs, same flags
+    as the runtime part's Deployment) on the garden's address, and the configuration's clientConfig is the chart's
+    ``webhook.url`` naming it; on a real garden it is the runtime part's Deployment behind its Service, which the
+    virtual garden's gardener-apiserver reaches by DNS name. gardener-apiserver runs as a process here too
+    (devland/garden.py), so a URL is how it reaches any webhook."""
+    from integration.admission.test_admission_chart import render
+
+    land = ci_landscape
+    garden_api = Kube(land.tools.kubectl, str(land.garden_kubeconfig))
+    garden.install_extension(land)  # our ControllerRegistration: the ExtensionValidator wants the type registered
+    garden.apply_objects(garden_api, garden.shoot_prerequisites())
+
+    crt, key = land.pki.issue("admission-cri-resmgr", ADMISSION, ips=(cp.GARDEN.ip,))
+    port = free_port()
+    server = Process(ADMISSION, [str(Path(sys.executable).parent / ADMISSION), "--address", cp.GARDEN.ip,
+                                 "--port", str(port), "--cert-file", str(crt), "--key-file", str(key),
+                                 "--log-level", "debug"], tmp_path)
+    try:
+        server.wait_until(lambda: '"serving"' in server.log_path.read_text(), "serving", 60)
+        values = {"webhook": {"caBundle": land.pki.ca_crt.read_text(),
+                              "url": f"https://{cp.GARDEN.ip}:{port}/webhooks/cri-resmgr"}}
+        [vwc] = render(land.tools, "application", values, namespace="extension-admission-cri-resmgr")
+        garden.apply_objects(garden_api, [vwc])
+
+        def apply(shoot: dict, *extra: str):
+            return garden_api.run("apply", *extra, "-f", "-", input=json.dumps(shoot), check=False)
+
+        bad = garden.shoot_manifest("bad", [cri_resmgr(BAD_DEFAULT)])
+        field = "spec.extensions[0].providerConfig.configs.default.policy.Active"
+
+        # gardener-apiserver picks up the configuration (and its admission caches the prerequisites) on its own
+        # time: dry runs until the refusal is ours.
+        def refused_by_us() -> tuple[bool, str]:
+            r = apply(bad, "--dry-run=server")
+            return field in r.stderr, (r.stderr or r.stdout).strip()[-400:]
+        wait_until("gardener-apiserver calls the admission", refused_by_us, timeout=120, interval=1)
+
+        r = apply(bad)
+        assert r.returncode != 0
+        assert f'admission webhook "cri-resmgr-extension.validator.extensions.gardener.cloud" denied the request: ' \
+               f"{field}: " in r.stderr, r.stderr
+        assert "no-such-policy" in r.stderr
+        assert garden_api.run("get", "shoot", "bad", "-n", garden.PROJECT_NAMESPACE, check=False).returncode != 0
+
+        good = garden.shoot_manifest("good", [cri_resmgr(GOOD_DEFAULT)])
+        r = apply(good)
+        assert r.returncode == 0, r.stderr
+        stored = garden_api.get_json("shoot", "good", "-n", garden.PROJECT_NAMESPACE)
+        # The label the objectSelector matches, set by gardener-apiserver's ExtensionLabels plugin.
+        assert stored["metadata"]["labels"][f"extensions.extensions.gardener.cloud/{REGISTRATION}"] == "true"
+        # An update to a bad config is refused too; the stored Shoot keeps its good one.
+        r = apply(garden.shoot_manifest("good", [cri_resmgr(BAD_DEFAULT)]))
+        assert r.returncode != 0 and f"{field}: " in r.stderr, r.stderr
+        stored = garden_api.get_json("shoot", "good", "-n", garden.PROJECT_NAMESPACE)
+        assert stored["spec"]["extensions"][0]["providerConfig"]["configs"]["default"] == GOOD_DEFAULT
+
+        # A Shoot without the extension is never sent (objectSelector): the server hears nothing of it.
+        plain = garden.shoot_manifest("plain", [])
+        r = apply(plain)
+        assert r.returncode == 0, r.stderr
+        lines = [json.loads(line) for line in server.log_path.read_text().splitlines() if line.startswith("{")]
+        shoots = {e.get("shoot") for e in lines if "shoot" in e}
+        assert {"bad", "good"} <= shoots and "plain" not in shoots, shoots
+    finally:
+        for name in ("good", "plain"):
+            garden_api.run("annotate", "shoot", name, "-n", garden.PROJECT_NAMESPACE,
+                           "confirmation.gardener.cloud/deletion=true", "--overwrite", check=False)
+            garden_api.run("delete", "shoot", name, "-n", garden.PROJECT_NAMESPACE, "--wait=false", check=False)
+        garden_api.run("delete", "validatingwebhookconfiguration", ADMISSION, "--ignore-not-found", check=False)
+        server.stop()

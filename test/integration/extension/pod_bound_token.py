@@ -12,7 +12,6 @@ from typing import NamedTuple, TypeVar
 
 from integration.extension.test_extension_charts import INSTALL_CHART, INSTALL_VALUES, helm
 
-
 T = TypeVar("T")
 
 # An upper bound for a failing test only: the wait ends at the first denial.

@@ -104,6 +104,15 @@ def test_extension_image_has_helm_and_charts(containerd, images: ImageSet, tmp_p
     assert "name: cri-resmgr-installation" in out
 
 
+def test_extension_image_has_the_admission(containerd, images: ImageSet, tmp_path: Path) -> None:
+    # charts/gardener-extension-admission-cri-resmgr runs the garden's admission from the extension image.
+    code, out, _ = run_to_exit(containerd, tmp_path, "ext-admission", images.extension,
+                               command=["gardener-extension-admission-cri-resmgr"], args=["--help"],
+                               readonly_rootfs=True)
+    assert code == 0, out
+    assert "usage: gardener-extension-admission-cri-resmgr" in out
+
+
 def test_installation_image_entrypoint(containerd, images: ImageSet, tmp_path: Path) -> None:
     code, out, _ = run_to_exit(containerd, tmp_path, "inst-help", images.installer, args=["--help"])
     assert code == 0, out

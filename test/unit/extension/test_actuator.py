@@ -244,3 +244,26 @@ def test_the_rollout_digest_follows_what_the_installer_applies_only(actuator: Ac
     assert digest(provider_config(fallback=FALLBACK, default="policy:\n  Active: none\n")) == base
     assert digest(provider_config(fallback="policy:\n  Active: none\n")) != base
     assert digest({**provider_config(fallback=FALLBACK), "workerPools": ["pool-a"]}) != base
+
+
+def test_the_reconcile_runs_the_admissions_check_of_the_shoots_part(apis: FakeApis, monkeypatch) -> None:
+    """One implementation (extension/shoot_config.py): the reconcile validates the shoot's providerConfig with the
+    function the garden's admission calls, and the base configs the shoot does not replace on their own."""
+    import extension.actuator as actuator_module
+    from extension.shoot_config import check_shoot_config
+
+    calls = []
+
+    def spy(raw, **kwargs):
+        calls.append((raw, kwargs))
+        return check_shoot_config(raw, **kwargs)
+    monkeypatch.setattr(actuator_module, "check_shoot_config", spy)
+    actuator = make_actuator(apis, configmap_namespace="garden")
+    apis.core.config_maps[("garden", c.CONFIGS_CONFIGMAP_NAME)] = {"default": "policy:\n  Active: bogus\n"}
+    raw = provider_config(default=FALLBACK)
+    # The bad base default is replaced by the shoot's: not an error, as before.
+    actuator.reconcile(extension(raw), cluster(hibernated=True))
+    assert calls == [(raw, {"shoot_pools": ["pool-a"]})]
+    with pytest.raises(ConfigurationError) as err:
+        actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster(hibernated=True))
+    assert err.value.field.startswith(f"configmap garden/{c.CONFIGS_CONFIGMAP_NAME}.default")

@@ -1,0 +1,1 @@
+"""gardener-extension-admission-cri-resmgr: the garden's validating webhook for Shoots that enable cri-resmgr."""
