@@ -42,13 +42,6 @@ class SplitConfigs:
     notes: list[str] = field(default_factory=list)
 
 
-def merge_configs(base: dict[str, str], shoot: dict[str, str]) -> dict[str, str]:
-    """Per key, the shoot's config replaces the operator's base config."""
-    merged = dict(base)
-    merged.update(shoot)
-    return merged
-
-
 def classify(name: str, *, where: str) -> str:
     """Return "static" or "dynamic" for a config name, or raise naming the key."""
     if name in STATIC_KEYS:

@@ -5,14 +5,20 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from extension.configs import classify, merge_configs, validate_and_split
+from extension.configs import SplitConfigs, classify, validate_and_split
 from extension.errors import ConfigurationError
 from extension.provider_config import parse_provider_config
+from extension.shoot_config import with_base
 
 
 def test_shoot_wins_per_key():
-    merged = merge_configs({"default": "a", "fallback": "b"}, {"default": "c", "node.n1": "d"})
-    assert merged == {"default": "c", "fallback": "b", "node.n1": "d"}
+    base = SplitConfigs(static={"fallback": "b", "force": "f"}, dynamic={"default": {"a": "1"}}, notes=["base"])
+    shoot = SplitConfigs(static={"force": "g"}, dynamic={"default": {"c": "2"}, "node.n1": {"d": "3"}},
+                         notes=["shoot"])
+    merged = with_base(shoot, base)
+    assert merged.static == {"fallback": "b", "force": "g"}
+    assert merged.dynamic == {"default": {"c": "2"}, "node.n1": {"d": "3"}}
+    assert merged.notes == ["base", "shoot"]
 
 
 @pytest.mark.parametrize("name,kind", [("fallback", "static"), ("force", "static"), ("EXTRA_OPTIONS", "static"),
