@@ -127,6 +127,11 @@ class Reconciler:
             op_type, "Restoring Extension resource" if restore else "Reconciling Extension resource"))
         try:
             result = self.actuator.restore(ex, cluster) if restore else self.actuator.reconcile(ex, cluster)
+        except WaitingError as err:
+            # Deployed, and progressing (a staged config rollout waits for its canaries): still Processing.
+            status.patch_status(self.apis, ns, name, status.processing_status(op_type, str(err)))
+            log.info(str(err), extra={"namespace": ns, "extension": name, "operation": op_type})
+            raise RetryLater(str(err), delay=err.delay) from None
         except ConfigurationError as err:
             # kopf runs a changed spec only when the pending retry is due, so keep these short:
             # a fixed providerConfig (or base ConfigMap) is picked up within CONFIG_RETRY_MAX seconds.
