@@ -169,10 +169,13 @@ class AgentState:
         self.changed.set()
 
     # views ----------------------------------------------------------------------------------------
-    def selection(self) -> Selection | Held | None:
-        """The ConfigMap for this node: a staged rollout's candidate on its canaries, the ordinary one elsewhere."""
+    def selection(self, hold: bool = True) -> Selection | Held | None:
+        """The ConfigMap for this node: a staged rollout's candidate on its canaries, the ordinary one elsewhere;
+        Held while the ConfigMaps are between two consistent states (with ``hold`` False: the ordinary one then)."""
         with self.lock:
             choice, why, attempt = rollout.choose(self.node, self.config_maps, self.failed_attempt)
+            if choice == rollout.HOLD and not hold:
+                choice = rollout.GOOD
             if choice == rollout.HOLD:
                 return Held(why)
             if choice == rollout.GOOD:
@@ -248,7 +251,9 @@ class Pusher:
     _retry_at: float = 0.0
     _epoch: int = -1
     _adj_digest: str | None = None
-    _held: str = ""  # why the last step pushed nothing (logged once)
+    hold_max: float = 60.0  # longest hold on ConfigMaps that disagree with cri-resmgr-rollout
+    _held_since: float | None = None
+    _held_warned: bool = False
     # The schema's verdict on the selection with this digest: a push that is retried is not checked again.
     _verdict: tuple[str, tuple[str, str, str]] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -271,7 +276,7 @@ class Pusher:
         if wait > 0 and self._pending():
             return wait
         try:
-            self._reconcile_config()
+            next_in = self._reconcile_config()
             self._reconcile_adjustments()
         except PushError as exc:
             self._retry_delay = min(self.retry_max, max(self.retry_initial, self._retry_delay * 2))
@@ -283,7 +288,7 @@ class Pusher:
             self.outcome.delivered = self.outcome.rejected = False
             return self._retry_delay
         self._retry_delay = 0.0
-        return None
+        return next_in
 
     def _pending(self) -> bool:
         selection = self.state.selection()
@@ -298,14 +303,30 @@ class Pusher:
         return (selection.name + ":" + sections_digest(selection.data) + ":" + ",".join(selection.binary_keys)
                 + ":" + selection.attempt)
 
-    def _reconcile_config(self) -> None:
+    def _reconcile_config(self) -> float | None:
+        """Push what is due; returns seconds until a hold ends (None: nothing to wait for)."""
         selection = self.state.selection()
         if isinstance(selection, Held):
-            if self._held != selection.reason:
+            now = self.clock()
+            if self._held_since is None:
                 log.info("not pushing now, cri-resmgr keeps its config: %s", selection.reason)
-            self._held = selection.reason
-            return
-        self._held = ""
+                self._held_since = now
+            if now - self._held_since < self.hold_max:
+                return self._held_since + self.hold_max - now
+            # A promotion or a stop settles within seconds; a hold this long is a mismatch that would otherwise
+            # keep every node (new ones too) without its config: go by the ordinary ConfigMaps, as before rollouts.
+            if not self._held_warned:
+                log.warning("the ConfigMaps still disagree with cri-resmgr-rollout after %.0fs (%s); using the "
+                            "cri-resmgr-config ConfigMaps as they are", self.hold_max, selection.reason)
+                self._held_warned = True
+            selection = self.state.selection(hold=False)
+            assert not isinstance(selection, Held)
+        else:
+            self._held_since, self._held_warned = None, False
+        self._push_config(selection)
+        return None
+
+    def _push_config(self, selection: Selection | None) -> None:
         digest = self._digest(selection)
         if digest == self.outcome.digest and self.outcome.delivered:
             return

@@ -4,10 +4,14 @@ promoted, when the rollout stops, and what is rendered meanwhile."""
 from __future__ import annotations
 
 import pytest
+import yaml
+from unit.extension.test_actuator import REPO
 
 import noderecord
+from extension import chart_render
 from extension import config_rollout as cr
 from extension.errors import WaitingError
+from extension.installation import InstallationValues
 from extension.node_proof import Selection
 from resmgr.agent import rollout
 
@@ -163,3 +167,25 @@ def test_the_state_round_trips_through_the_extension_status(state):
     ext = {"status": {"state": {cr.STATE_KEY: state.to_status()}}}
     assert cr.RolloutState.from_extension(ext) == state
     assert cr.RolloutState.from_extension({"status": {}}) is None
+
+
+TRICKY = {"default": {"policy": 'Active: topology-aware\n# "quotes", \\backslash, tab\there, été, 日本\n',
+                      "logger": "Debug: [resource-manager]   \r\n  \n"},
+          "pool.a": {"policy": "Active: none\n"}}
+
+
+def test_the_rendered_configmaps_carry_exactly_the_digests_the_agents_check(tools):
+    """What the chart renders (and the API server stores) must be byte for byte what the digests were computed on,
+    or every agent would hold."""
+    p = step(cr.RolloutState(good=TRICKY), {**TRICKY, "pool.a": {"policy": "Active: balloons\n"}},
+             shoot=Shoot([node("a1")]))
+    assert p.candidate and p.rollout.canaries == ("a1",)
+    values = InstallationValues(images={"installer": "i", "agent": "a"}, dynamic_configs=p.good,
+                                config_rollout=p.chart_values())
+    text = chart_render.helm_template(str(tools.helm), REPO / "charts" / "internal" / "cri-resmgr-installation",
+                                      "cri-resmgr", "kube-system", values.chart_values(), kube_version="1.31.1")
+    cms = {d["metadata"]["name"]: d for d in yaml.safe_load_all(text) if d and d["kind"] == "ConfigMap"}
+    assert rollout.configs_of(cms, "cri-resmgr-config.") == TRICKY
+    assert rollout.choose("a1", cms)[0] == rollout.CANDIDATE
+    assert rollout.choose("b1", cms)[0] == rollout.GOOD
+

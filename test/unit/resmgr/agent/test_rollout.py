@@ -150,3 +150,15 @@ def test_a_promotion_seen_half_way_does_not_flap_back(env):
     env.later()
     assert env.reporter.configs[-1] == ("cri-resmgr-config.default", "")
     assert [raw["policy"]["ReservedResources"]["cpu"] for raw, _, _ in env.applier.applied] == pushed
+
+
+def test_a_hold_that_does_not_settle_ends_with_the_ordinary_configmaps(env):
+    """A mismatch that lasts (not a promotion seen half way) must not keep the node without its config."""
+    stale = config_maps(GOOD) | {"cri-resmgr-config.default": cm("cri-resmgr-config.default", "2", **FINE["default"])}
+    show(env, stale)
+    wait = env.pusher.reconcile()
+    assert env.pusher.pushes == 0 and wait == pytest.approx(env.pusher.hold_max)
+    assert env.later(env.pusher.hold_max - 1) == pytest.approx(1)
+    assert env.pusher.pushes == 0
+    assert env.later(1) is None
+    assert env.applier.applied[-1][0]["policy"]["ReservedResources"] == {"cpu": "cpuset:1"}
