@@ -297,6 +297,9 @@ def test_a_changed_dynamic_config_goes_to_one_canary_per_pool_and_a_refusal_stop
         r.change(NS, "cri-resmgr")
     ex = extension(apis)
     assert ex["status"]["lastOperation"]["state"] == status.PROCESSING
+    # Waiting for canaries is no failed reconcile (the error counter feeds an alert).
+    assert r.metrics.registry.get_sample_value(
+        "gardener_extension_cri_resmgr_operations_total", {"operation": "Reconcile", "result": "waiting"}) == 1
     cms = shoot_config_maps(apis)
     assert cms["cri-resmgr-config.default"] == {"policy": "Active: topology-aware\n"}  # every other node keeps it
     assert cms["cri-resmgr-candidate.default"] == {"policy": "Active: balloons\n"}
