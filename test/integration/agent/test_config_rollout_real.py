@@ -53,16 +53,16 @@ def test_a_refused_config_stops_at_the_canary_and_is_reverted_there(plane_node):
     report = wait_for(lambda: report_of(canary), f"the canary's report\n{canary.logs()}")
     assert (report.attempt, report.state) == ("t1", rollout.FAILED)
     assert "policy.AvailableResources.cpu" in report.reason and "not online" in report.reason
-    # Back on the last good config, named as such; cri-resmgr never left it.
-    source = wait_for(lambda: canary.annotations()[CONFIG_SOURCE_ANNOTATION].startswith(
-        "kube-system/cri-resmgr-config.default@") and canary.annotations()[CONFIG_SOURCE_ANNOTATION],
-        "config-source back on the good ConfigMap")
-    assert source and canary.reserved() == "cpuset:1"
+    # The good config was pushed back right after the refusal, and cri-resmgr never left it.
+    wait_for(lambda: "pushing ConfigMap kube-system/cri-resmgr-config.default" in canary.agent.log_path.read_text()
+             .split("going back to the last good config", 1)[-1], f"the good config pushed back\n{canary.logs()}")
+    assert canary.annotations()[CONFIG_SOURCE_ANNOTATION].startswith("kube-system/cri-resmgr-config.default@")
+    assert canary.reserved() == "cpuset:1"
     wait_for(lambda: any(e.reason == "ConfigRolloutFailed" and e.type == "Warning" for e in canary.events()),
              "ConfigRolloutFailed Event")
     assert canary.probe().returncode == 0
     # The other node of the pool never saw the candidate.
-    assert "cri-resmgr-candidate" not in other.agent.log_path.read_text()
+    assert "pushing ConfigMap kube-system/cri-resmgr-candidate" not in other.agent.log_path.read_text()
     assert other.reserved() == "cpuset:1" and report_of(other) is None
     # The failed attempt is not tried again by a restarted agent (the Node keeps the report).
     pushes = canary.agent.log_path.read_text().count("pushing ConfigMap kube-system/cri-resmgr-candidate")
