@@ -54,8 +54,11 @@ def test_a_refused_config_stops_at_the_canary_and_is_reverted_there(plane_node):
     assert (report.attempt, report.state) == ("t1", rollout.FAILED)
     assert "policy.AvailableResources.cpu" in report.reason and "not online" in report.reason
     # The good config was pushed back right after the refusal, and cri-resmgr never left it.
-    wait_for(lambda: "pushing ConfigMap kube-system/cri-resmgr-config.default" in canary.agent.log_path.read_text()
-             .split("going back to the last good config", 1)[-1], f"the good config pushed back\n{canary.logs()}")
+    def pushed_back() -> bool:
+        before, marker, after = canary.agent.log_path.read_text().partition("going back to the last good config")
+        return bool(marker) and "pushing ConfigMap kube-system/cri-resmgr-config.default" in after
+
+    wait_for(pushed_back, f"the good config pushed back\n{canary.logs()}")
     assert canary.annotations()[CONFIG_SOURCE_ANNOTATION].startswith("kube-system/cri-resmgr-config.default@")
     assert canary.reserved() == "cpuset:1"
     wait_for(lambda: any(e.reason == "ConfigRolloutFailed" and e.type == "Warning" for e in canary.events()),
