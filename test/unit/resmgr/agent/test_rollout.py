@@ -162,3 +162,12 @@ def test_a_hold_that_does_not_settle_ends_with_the_ordinary_configmaps(env):
     assert env.pusher.pushes == 0
     assert env.later(1) is None
     assert env.applier.applied[-1][0]["policy"]["ReservedResources"] == {"cpu": "cpuset:1"}
+
+
+def test_a_canary_whose_force_config_wins_says_forced_and_keeps_it(env):
+    env.stop_server()
+    env.start_server(force_config="/etc/cri-resmgr/force.cfg")
+    show(env, config_maps(GOOD, SWITCH))
+    env.pusher.reconcile()
+    assert env.reporter.reports == [rollout.Report("a1", rollout.FORCED)]
+    assert env.applier.applied == [] and env.pusher.health("config-status") == ""
