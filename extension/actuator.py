@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import noderecord
-from extension import base_configs, node_proof, webhook
+from extension import base_configs, config_rollout, node_proof, webhook
 from extension import constants as c
 from extension.component import ManagedResourceComponent, NotHealthy
 from extension.configs import SplitConfigs, validate_and_split
-from extension.errors import ConfigurationError, RetryLater
-from extension.gardener import imagevector
+from extension.errors import ConfigurationError, RetryLater, WaitingError
+from extension.gardener import imagevector, status
 from extension.gardener.cluster import ClusterInfo
 from extension.gardener.kube import Apis
 from extension.installation import INSTALL, UNINSTALL, Installation, InstallationValues
@@ -44,6 +45,7 @@ class ActuatorSettings:
     configmap_namespace: str | None = None
     uninstall_timeout: float = 600.0
     uninstall_max_unavailable: str | int = "50%"  # nodes uninstalling at once (installer DaemonSet maxUnavailable)
+    config_rollout_timeout: float = 300.0  # a canary that has not reported a changed dynamic config stops it
     poll_interval: float = 2.0  # as Gardener's managedresources.IntervalWait (extension/cli.py)
     metrics_port: int = 8891
     # Admit the shoot's pod network to the relays' /metrics (opt-in: it admits every pod; see
@@ -114,10 +116,13 @@ class Actuator:
 
     def installation(self, namespace: str, cluster: ClusterInfo, pc: ProviderConfig, split: SplitConfigs,
                      mode: str, rollout: tuple[str, ...] = (), webhook_values: dict[str, Any] | None = None,
-                     ) -> Installation:
-        """The installation with these values; ``rollout`` tells apart rollouts of equal values (a new deletion)."""
+                     config_plan: config_rollout.Plan | None = None) -> Installation:
+        """The installation with these values; ``rollout`` tells apart rollouts of equal values (a new deletion).
+        ``config_plan`` stages the dynamic configs (extension.config_rollout); without one they go out as they are."""
         values = InstallationValues(
-            images=self.images(cluster), mode=mode, static_configs=split.static, dynamic_configs=split.dynamic,
+            images=self.images(cluster), mode=mode, static_configs=split.static,
+            dynamic_configs=config_plan.good if config_plan is not None else split.dynamic,
+            config_rollout=config_plan.chart_values() if config_plan is not None else {},
             node_selector=pc.node_selector, worker_pools=pc.worker_pools, metrics_port=self.settings.metrics_port,
             metrics_allow=(cluster.pods_cidr,) if self.settings.metrics_allow_pod_network and cluster.pods_cidr else (),
             uninstall_max_unavailable=self.settings.uninstall_max_unavailable,
@@ -177,16 +182,29 @@ class Actuator:
         if cluster.hibernated:
             log.info("shoot is hibernated, nothing deployed", extra={"namespace": ns})
             return ReconcileResult("Shoot is hibernated; nothing deployed", warnings, used)
+        selection = node_proof.Selection(dict(pc.node_selector), tuple(pc.worker_pools))
+        plan = config_rollout.plan(config_rollout.RolloutState.from_extension(extension), split.dynamic,
+                                   now=time.time(), observe=lambda: self.shoot.nodes_and_records(ns),
+                                   selection=selection, timeout=self.settings.config_rollout_timeout)
         installation = self.installation(ns, cluster, pc, split, INSTALL,
                                          webhook_values=webhook.chart_values(
                                              self.apis, ns, pc.webhook_enabled,
-                                             CARotation(cluster.ca_rotation_phase, cluster.ca_rotation_started)))
+                                             CARotation(cluster.ca_rotation_phase, cluster.ca_rotation_started)),
+                                         config_plan=plan)
         node_proof.ensure_shoot_access(self.apis, ns)  # the health check reads the nodes' records with it
         secret = installation.deploy()
         self.monitoring(ns).deploy()
+        # After the deploy: what is recorded is what the shoot is given.
+        status.patch_status(self.apis, ns, extension["metadata"]["name"],
+                            {"state": {config_rollout.STATE_KEY: plan.state.to_status()}})
         objects = len(installation.render().objects)
         log.info("deployed managed resource", extra={"namespace": ns, "secret": secret, "objects": objects})
-        return ReconcileResult(f"Deployed {objects} objects via secret {secret}", warnings, used)
+        if plan.stopped:  # the rest of the shoot's configuration is deployed; the refused configs are not
+            raise ConfigurationError("providerConfig.configs", plan.stopped)
+        if plan.waiting:
+            raise WaitingError(plan.waiting, self.settings.poll_interval)
+        detail = f"Deployed {objects} objects via secret {secret}" + (f"; {plan.note}" if plan.note else "")
+        return ReconcileResult(detail, warnings, used)
 
     def restore(self, extension: dict[str, Any], cluster: ClusterInfo) -> ReconcileResult:
         return self.reconcile(extension, cluster)

@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--uninstall-timeout", type=float, default=600.0, metavar="SECONDS",
                    help="on delete, report an error if the uninstall rollout is not healthy after this long; "
                         "waiting continues (default: 600)")
+    p.add_argument("--config-rollout-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="a changed dynamic config goes to one canary node per worker pool first; a canary that "
+                        "has not reported it applied after this long stops the rollout (default: 300)")
     p.add_argument("--uninstall-max-unavailable", type=max_unavailable, default="50%", metavar="N|N%",
                    help="how many selected nodes uninstall at once (the installer DaemonSet's maxUnavailable "
                         "in uninstall mode): a count or a percentage (default: 50%%, 100 nodes in about two "

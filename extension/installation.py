@@ -37,6 +37,8 @@ class InstallationValues:
     kubernetes_version: str | None = None
     # The chart's webhook section (extension.webhook.chart_values); empty: disabled.
     webhook: dict[str, Any] = field(default_factory=dict)
+    # A staged config rollout (extension.config_rollout.Plan.chart_values): candidate configs and cri-resmgr-rollout.
+    config_rollout: dict[str, Any] = field(default_factory=dict)
     # Identifies the rollout in each node's record (extension/node_proof.py); empty: no proof expected.
     digest: str = ""
     uninstall_max_unavailable: str | int = "50%"
@@ -53,7 +55,9 @@ class InstallationValues:
             "images": self.images,
             "installer": {"mode": self.mode, "digest": self.digest,
                           "uninstallMaxUnavailable": self.uninstall_max_unavailable},
-            "configs": {"static": self.static_configs, "dynamic": self.dynamic_configs},
+            "configs": {"static": self.static_configs, "dynamic": self.dynamic_configs,
+                        "candidate": self.config_rollout.get("candidate") or {},
+                        "rollout": self.config_rollout.get("rollout") or {}},
             "nodeSelector": self.node_selector,
             "workerPools": list(self.worker_pools),
             "metrics": {"port": self.metrics_port, "allow": list(self.metrics_allow)},

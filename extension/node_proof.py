@@ -26,6 +26,7 @@ import base64
 import hashlib
 import ipaddress
 import json
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -123,13 +124,22 @@ class Proof:
 
 def assess(nodes: list[dict[str, Any]], leases: list[dict[str, Any]], state: str, digest: str,
            selection: Selection) -> Proof:
-    """Judge the records against the node list: which selected nodes are done, pending or failed."""
+    """Judge the installers' records against the node list: which selected nodes are done, pending or failed."""
     records = {r.node: r for r in (noderecord.from_lease(lease) for lease in leases) if r is not None}
     failed_state = noderecord.UNINSTALL_FAILED if state == noderecord.UNINSTALLED else noderecord.INSTALL_FAILED
-    pending, failed, selected = [], [], 0
+    return judge(nodes, records, digest, lambda node: selection.selects(node["metadata"].get("labels") or {}),
+                 done=(state,), failed=(failed_state,))
+
+
+def judge(nodes: list[dict[str, Any]], records: Mapping[str, noderecord.NodeRecord], digest: str,
+          counts: Callable[[dict[str, Any]], bool], *, done: Collection[str], failed: Collection[str]) -> Proof:
+    """Which of the nodes that count have a record of this rollout (``digest``) in a ``done`` state, which failed,
+    which are pending. One judge for the installers' records (``assess``) and the agents' reports on a staged
+    config rollout (extension/config_rollout.py)."""
+    pending, failures, selected = [], [], 0
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = node["metadata"]["name"]
-        if not selection.selects(node["metadata"].get("labels") or {}):
+        if not counts(node):
             continue
         selected += 1
         rec = records.get(name)
@@ -137,13 +147,13 @@ def assess(nodes: list[dict[str, Any]], leases: list[dict[str, Any]], state: str
             pending.append(f"{name}: no record yet")
         elif rec.digest != digest:
             pending.append(f"{name}: record is of another rollout ({rec.state})")
-        elif rec.state == state:
+        elif rec.state in done:
             continue
-        elif rec.state == failed_state:
-            failed.append(f"{name}: {rec.reason or rec.state}")
+        elif rec.state in failed:
+            failures.append(f"{name}: {rec.reason or rec.state}")
         else:
             pending.append(f"{name}: {rec.state}" + (f" ({rec.reason})" if rec.reason else ""))
-    return Proof(selected, pending, failed)
+    return Proof(selected, pending, failures)
 
 
 def describe(items: list[str]) -> str:

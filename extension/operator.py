@@ -36,7 +36,7 @@ def run(args: argparse.Namespace, *, helm: str, chart_dir: Path, images_file: Pa
         imagevector_overwrite=os.environ.get("IMAGEVECTOR_OVERWRITE") or None,
         configmap_namespace=os.environ.get("EXTENSION_CONFIGMAP_NAMESPACE") or None,
         uninstall_timeout=args.uninstall_timeout, uninstall_max_unavailable=args.uninstall_max_unavailable,
-        poll_interval=args.poll_interval,
+        config_rollout_timeout=args.config_rollout_timeout, poll_interval=args.poll_interval,
         metrics_port=args.metrics_port, metrics_allow_pod_network=args.metrics_allow_pod_network))
     settings = OperatorSettings(
         ignore_operation_annotation=args.ignore_operation_annotation,

@@ -113,10 +113,11 @@ class Reconciler:
         if op_type == status.MIGRATE:
             return self._migrate(ex, retry)
         restore = status.operation_annotation(ex) == c.OPERATION_RESTORE
-        with self.metrics.operation(status.RESTORE if restore else status.RECONCILE):
-            return self._run(ex, cluster, op_type, retry, restore=restore)
+        with self.metrics.operation(status.RESTORE if restore else status.RECONCILE) as outcome:
+            return self._run(ex, cluster, op_type, retry, restore=restore, outcome=outcome)
 
-    def _run(self, ex: dict[str, Any], cluster: ClusterInfo, op_type: str, retry: int, *, restore: bool) -> str:
+    def _run(self, ex: dict[str, Any], cluster: ClusterInfo, op_type: str, retry: int, *, restore: bool,
+             outcome: dict[str, str] | None = None) -> str:
         ns, name = ex["metadata"]["namespace"], ex["metadata"]["name"]
         generation = ex["metadata"].get("generation")
         verb = "restore" if restore else "reconcile"
@@ -127,6 +128,13 @@ class Reconciler:
             op_type, "Restoring Extension resource" if restore else "Reconciling Extension resource"))
         try:
             result = self.actuator.restore(ex, cluster) if restore else self.actuator.reconcile(ex, cluster)
+        except WaitingError as err:
+            # Deployed, and progressing (a staged config rollout waits for its canaries): still Processing.
+            if outcome is not None:
+                outcome["result"] = WAITING
+            status.patch_status(self.apis, ns, name, status.processing_status(op_type, str(err)))
+            log.info(str(err), extra={"namespace": ns, "extension": name, "operation": op_type})
+            raise RetryLater(str(err), delay=err.delay) from None
         except ConfigurationError as err:
             # kopf runs a changed spec only when the pending retry is due, so keep these short:
             # a fixed providerConfig (or base ConfigMap) is picked up within CONFIG_RETRY_MAX seconds.

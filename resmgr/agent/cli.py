@@ -53,6 +53,13 @@ cri-resource-manager.intel.com/config-source and .../config-error. Adjustment
 resources (adjustments.criresmgr.intel.com/v1alpha1) in the same namespace are
 pushed too; their per-node errors are written to status.nodes[NODE].errors.
 
+A staged config rollout (the ConfigMap cri-resmgr-rollout, written by the
+extension) names canary nodes: on a canary the agent pushes the candidate
+ConfigMaps cri-resmgr-candidate.* instead (same precedence), reports the outcome
+in the node annotation cri-resource-manager.intel.com/config-rollout, and after a
+refusal pushes the last good config back at once. Other nodes stay on the
+cri-resmgr-config.* ConfigMaps.
+
 Every --placement-events-period it reads where cri-resmgr's policy placed each
 container and posts an Event on the pod when that is new or changed: CPUsPinned
 (cpuset, memory nodes, pool) or NotPinned with the reason (not-guaranteed,

@@ -12,6 +12,7 @@ is re-established (it restarted), everything is delivered again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -20,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from resmgr.agent import rollout
 from resmgr.agent.selection import (
     CONFIG_MAP_PREFIX,
     GROUP_LABEL,
@@ -62,6 +64,8 @@ class Reporter(Protocol):
     def config_outcome(self, selection: Selection | None, error: str, info: str = "", *,
                        applied: bool = True, warning: str = "") -> None: ...
 
+    def rollout_outcome(self, selection: Selection, report: rollout.Report) -> None: ...
+
     def adjustment_outcomes(self, results: Mapping[str, dict[str, Any]],
                             adjustments: Mapping[str, Mapping[str, Any]]) -> None: ...
 
@@ -80,6 +84,17 @@ class Outcome:
     rejected: bool = False  # by the schema or by cri-resmgr: not retried until the ConfigMap changes
 
 
+@dataclass(frozen=True)
+class Held:
+    """Push nothing now: the ConfigMaps are between two consistent states (resmgr.agent.rollout.choose)."""
+
+    reason: str
+
+
+def _watched(name: str) -> bool:
+    return name.startswith(CONFIG_MAP_PREFIX) or rollout.is_rollout_config_map(name)
+
+
 class AgentState:
     """What the watchers saw; every change wakes the pusher."""
 
@@ -87,6 +102,9 @@ class AgentState:
         self.node = node
         self.config_maps: dict[str, dict[str, Any]] = {}
         self.node_labels: dict[str, str] = {}
+        # The staged rollout attempt that failed on this node: never selected again (kept on the Node, so it
+        # survives a restart of the agent).
+        self.failed_attempt = ""
         self.node_seen = False
         self.adjustments: dict[str, dict[str, Any]] = {}  # namespace/name -> Adjustment object
         self.lock = threading.Lock()
@@ -95,13 +113,12 @@ class AgentState:
     # ConfigMaps ------------------------------------------------------------------------
     def replace_config_maps(self, items: list[dict[str, Any]]) -> None:
         with self.lock:
-            self.config_maps = {cm["metadata"]["name"]: cm for cm in items
-                                if cm["metadata"]["name"].startswith(CONFIG_MAP_PREFIX)}
+            self.config_maps = {cm["metadata"]["name"]: cm for cm in items if _watched(cm["metadata"]["name"])}
         self.changed.set()
 
     def config_map_event(self, kind: str, cm: dict[str, Any]) -> None:
         name = cm["metadata"]["name"]
-        if not name.startswith(CONFIG_MAP_PREFIX):
+        if not _watched(name):
             return
         with self.lock:
             if kind == "DELETED":
@@ -121,7 +138,10 @@ class AgentState:
         if node["metadata"]["name"] != self.node:
             return
         labels = {} if kind == "DELETED" else dict(node["metadata"].get("labels") or {})
+        report = rollout.parse_report((node["metadata"].get("annotations") or {}).get(rollout.ROLLOUT_ANNOTATION))
         with self.lock:
+            if report is not None and report.state == rollout.FAILED:
+                self.failed_attempt = report.attempt
             old_group, old_pool = node_group(self.node_labels), node_pool(self.node_labels)
             self.node_labels = labels
             self.node_seen = kind != "DELETED"
@@ -149,9 +169,25 @@ class AgentState:
         self.changed.set()
 
     # views ----------------------------------------------------------------------------------------
-    def selection(self) -> Selection | None:
+    def selection(self, hold: bool = True) -> Selection | Held | None:
+        """The ConfigMap for this node: a staged rollout's candidate on its canaries, the ordinary one elsewhere;
+        Held while the ConfigMaps are between two consistent states (with ``hold`` False: the ordinary one then)."""
         with self.lock:
-            return select_config(self.node, self.node_labels, self.config_maps)
+            choice, why, attempt = rollout.choose(self.node, self.config_maps, self.failed_attempt)
+            if choice == rollout.HOLD and not hold:
+                choice = rollout.GOOD
+            if choice == rollout.HOLD:
+                return Held(why)
+            if choice == rollout.GOOD:
+                return select_config(self.node, self.node_labels, self.config_maps)
+            selected = select_config(self.node, self.node_labels, self.config_maps, rollout.CANDIDATE_PREFIX)
+        if selected is None:
+            return None
+        return dataclasses.replace(selected, attempt=attempt, reason=f"{selected.reason}; {why}")
+
+    def mark_failed(self, attempt: str) -> None:
+        with self.lock:
+            self.failed_attempt = attempt
 
     def node_adjustments(self) -> dict[str, dict[str, Any]]:
         """Adjustments whose scope can include this node (a bad spec is passed on to be reported)."""
@@ -215,6 +251,9 @@ class Pusher:
     _retry_at: float = 0.0
     _epoch: int = -1
     _adj_digest: str | None = None
+    hold_max: float = 60.0  # longest hold on ConfigMaps that disagree with cri-resmgr-rollout
+    _held_since: float | None = None
+    _held_warned: bool = False
     # The schema's verdict on the selection with this digest: a push that is retried is not checked again.
     _verdict: tuple[str, tuple[str, str, str]] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -237,7 +276,7 @@ class Pusher:
         if wait > 0 and self._pending():
             return wait
         try:
-            self._reconcile_config()
+            next_in = self._reconcile_config()
             self._reconcile_adjustments()
         except PushError as exc:
             self._retry_delay = min(self.retry_max, max(self.retry_initial, self._retry_delay * 2))
@@ -249,21 +288,45 @@ class Pusher:
             self.outcome.delivered = self.outcome.rejected = False
             return self._retry_delay
         self._retry_delay = 0.0
-        return None
+        return next_in
 
     def _pending(self) -> bool:
         selection = self.state.selection()
-        digest = self._digest(selection)
-        return digest != self.outcome.digest or _adjustments_digest(self.state.node_adjustments()) != self._adj_digest
+        if _adjustments_digest(self.state.node_adjustments()) != self._adj_digest:
+            return True
+        return not isinstance(selection, Held) and self._digest(selection) != self.outcome.digest
 
     @staticmethod
     def _digest(selection: Selection | None) -> str:
         if selection is None:
             return "none"
-        return selection.name + ":" + sections_digest(selection.data) + ":" + ",".join(selection.binary_keys)
+        return (selection.name + ":" + sections_digest(selection.data) + ":" + ",".join(selection.binary_keys)
+                + ":" + selection.attempt)
 
-    def _reconcile_config(self) -> None:
+    def _reconcile_config(self) -> float | None:
+        """Push what is due; returns seconds until a hold ends (None: nothing to wait for)."""
         selection = self.state.selection()
+        if isinstance(selection, Held):
+            now = self.clock()
+            if self._held_since is None:
+                log.info("not pushing now, cri-resmgr keeps its config: %s", selection.reason)
+                self._held_since = now
+            if now - self._held_since < self.hold_max:
+                return self._held_since + self.hold_max - now
+            # A promotion or a stop settles within seconds; a hold this long is a mismatch that would otherwise
+            # keep every node (new ones too) without its config: go by the ordinary ConfigMaps, as before rollouts.
+            if not self._held_warned:
+                log.warning("the ConfigMaps still disagree with cri-resmgr-rollout after %.0fs (%s); using the "
+                            "cri-resmgr-config ConfigMaps as they are", self.hold_max, selection.reason)
+                self._held_warned = True
+            selection = self.state.selection(hold=False)
+            assert not isinstance(selection, Held)
+        else:
+            self._held_since, self._held_warned = None, False
+        self._push_config(selection)
+        return None
+
+    def _push_config(self, selection: Selection | None) -> None:
         digest = self._digest(selection)
         if digest == self.outcome.digest and self.outcome.delivered:
             return
@@ -305,6 +368,21 @@ class Pusher:
                 if note:
                     log.warning("%s: %s", selection.source, note, extra={"configmap": selection.name})
         self.reporter.config_outcome(selection, error, info, applied=applied, warning=warning)
+        if selection.attempt:
+            self._report_attempt(selection, error, applied)
+
+    def _report_attempt(self, selection: Selection, error: str, applied: bool) -> None:
+        """A canary's outcome goes on the Node for the extension; a failed candidate is replaced by the last good
+        config at once, so the node does not wait for the extension to stop the rollout."""
+        state = rollout.FAILED if error else rollout.APPLIED if applied else rollout.FORCED
+        self.reporter.rollout_outcome(selection, rollout.Report(selection.attempt, state, error))
+        if not error:
+            log.info("config rollout %s: %s on this canary", selection.attempt, state)
+            return
+        log.error("config rollout %s failed on this canary; going back to the last good config",
+                  selection.attempt, extra={"configmap": selection.name})
+        self.state.mark_failed(selection.attempt)
+        self._reconcile_config()  # now selects the ordinary ConfigMap (or holds); may raise PushError: retried
 
     def _reconcile_adjustments(self) -> None:
         adjustments = self.state.node_adjustments()

@@ -12,6 +12,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from resmgr.agent import rollout
 from resmgr.agent.kube import ADJUSTMENT_GROUP, ADJUSTMENT_PLURAL, ADJUSTMENT_VERSION
 from resmgr.agent.selection import CONFIG_NAMESPACE, Selection
 from resmgr.configplane.adjustments import SPEC_ERROR_KEY
@@ -119,6 +120,20 @@ class KubeReporter:
                 self._event("ConfigFieldsUnknown", f"{what}: {warning}", True)
             if info:
                 self._event("ConfigFieldsIgnored", f"{what}: {info}", False)
+
+    def rollout_outcome(self, selection: Selection, report: rollout.Report) -> None:
+        """A canary's report on a staged config rollout: the Node annotation the extension reads, and an Event."""
+        patch = {"metadata": {"annotations": {rollout.ROLLOUT_ANNOTATION: report.to_annotation()}}}
+        try:
+            self.core.patch_node(self.node, patch, _content_type=MERGE_PATCH)
+        except ApiException as exc:
+            log.error("cannot annotate node %s: HTTP %s %s", self.node, exc.status, exc.reason)
+        what = f"config rollout {report.attempt} ({event_subject(selection)})"
+        if report.state == rollout.FAILED:
+            self._event("ConfigRolloutFailed", f"{what} was refused on this canary node; it went back to the last "
+                                               f"good config, and the rollout stops: {report.reason}", True)
+        else:
+            self._event("ConfigRolloutApplied", f"{what}: {report.state} on this canary node", False)
 
     def adjustment_outcomes(self, results: Mapping[str, dict[str, Any]],
                             adjustments: Mapping[str, Mapping[str, Any]]) -> None:

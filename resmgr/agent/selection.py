@@ -75,22 +75,23 @@ def pool_name_problem(pool: str) -> str:
     return ""
 
 
-def candidate_names(node: str, group: str = "", pool: str = "") -> list[str]:
-    """ConfigMap names in order of precedence; a pool no ConfigMap can be named after is left out."""
-    names = [node_config_map(node)]
+def candidate_names(node: str, group: str = "", pool: str = "", prefix: str = CONFIG_MAP_PREFIX) -> list[str]:
+    """ConfigMap names in order of precedence; a pool no ConfigMap can be named after is left out.
+
+    ``prefix`` is the ordinary ConfigMaps' or a staged rollout's candidates' (resmgr.agent.rollout)."""
+    names = [f"{prefix}node.{node}"]
     if pool and not pool_name_problem(pool):
-        names.append(pool_config_map(pool))
+        names.append(f"{prefix}pool.{pool}")
     if group:
-        names.append(group_config_map(group))
-    names.append(DEFAULT_CONFIG_MAP)
+        names.append(f"{prefix}group.{group}")
+    names.append(f"{prefix}default")
     return names
 
 
 def config_kind(name: str) -> str:
-    """node, pool, group or default for a ConfigMap name from ``candidate_names``."""
-    if name == DEFAULT_CONFIG_MAP:
-        return "default"
-    return name.removeprefix(CONFIG_MAP_PREFIX).partition(".")[0]
+    """node, pool, group or default for a ConfigMap name from ``candidate_names`` (of either prefix)."""
+    key = name.partition(".")[2]
+    return key.partition(".")[0]
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,8 @@ class Selection:
     binary_keys: tuple[str, ...] = ()
     # Why it applies to this node, e.g. "the node's worker pool p1 (label worker.gardener.cloud/pool)".
     reason: str = ""
+    # The staged rollout attempt this candidate ConfigMap belongs to (resmgr.agent.rollout); "" for the ordinary.
+    attempt: str = ""
 
     @property
     def source(self) -> str:
@@ -124,10 +127,10 @@ def _reason(kind: str, labels: Mapping[str, str] | None) -> str:
     return "the default config"
 
 
-def select_config(node: str, labels: Mapping[str, str] | None,
-                  config_maps: Mapping[str, Mapping[str, Any]]) -> Selection | None:
+def select_config(node: str, labels: Mapping[str, str] | None, config_maps: Mapping[str, Mapping[str, Any]],
+                  prefix: str = CONFIG_MAP_PREFIX) -> Selection | None:
     """The winning ConfigMap among ``config_maps`` (name -> ConfigMap as a dict), or None."""
-    for name in candidate_names(node, node_group(labels), node_pool(labels)):
+    for name in candidate_names(node, node_group(labels), node_pool(labels), prefix):
         cm = config_maps.get(name)
         if cm is None:
             continue

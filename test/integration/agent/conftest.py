@@ -21,6 +21,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from devland.procs import Process, free_port, unix_socket_answers
+from resmgr.agent.rollout import is_rollout_config_map
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -195,7 +196,7 @@ def delete_config_map(core: client.CoreV1Api, name: str) -> None:
 
 def _clean_kube_system(core: client.CoreV1Api, custom: client.CustomObjectsApi | None) -> None:
     for cm in core.list_namespaced_config_map(NAMESPACE).items:
-        if cm.metadata.name.startswith("cri-resmgr-config."):
+        if cm.metadata.name.startswith("cri-resmgr-config.") or is_rollout_config_map(cm.metadata.name):
             delete_config_map(core, cm.metadata.name)
     if custom is not None:
         for adj in custom.list_namespaced_custom_object(*ADJ).get("items", []):

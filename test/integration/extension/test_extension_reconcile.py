@@ -45,8 +45,10 @@ def test_reconcile_deploys_secret_and_managed_resource(seed, operator):
     assert ex["status"]["lastOperation"]["progress"] == 100
     assert ex["status"].get("lastError") is None
     assert FINALIZER in ex["metadata"]["finalizers"]
-    # kopf keeps its bookkeeping in annotations, never under status.
-    assert set(ex["status"]) <= {"lastOperation", "lastError", "observedGeneration", "conditions"}
+    # kopf keeps its bookkeeping in annotations, never under status; status.state is the CRD's field for the
+    # extension's own state (the staged config rollout's, extension/config_rollout.py).
+    assert set(ex["status"]) <= {"lastOperation", "lastError", "observedGeneration", "conditions", "state"}
+    assert set(ex["status"].get("state") or {}) <= {"configRollout"}
 
     mr = seed.managed_resource(ns)
     assert "class" not in mr["spec"]

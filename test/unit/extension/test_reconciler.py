@@ -259,3 +259,79 @@ def test_base_configs_change_requests_a_reconcile_once_and_never_while_busy(apis
         {"fallback": FALLBACK, "default": FALLBACK})
     assert c.OPERATION_ANNOTATION not in ex["metadata"]["annotations"]
     assert r.check_base_configs(ex) is False
+
+
+# -- the staged rollout of dynamic configs (extension/config_rollout.py) -----------------------------------------
+
+
+def shoot_config_maps(apis: FakeApis) -> dict[str, dict]:
+    """The ConfigMaps the installation's ManagedResource gives the shoot: name -> data."""
+    import base64
+
+    import yaml
+
+    mr = apis.object(MRS, NS, c.MANAGED_RESOURCE_NAME)
+    data = apis.object("secrets", NS, mr["spec"]["secretRefs"][0]["name"])["data"]
+    docs = [d for v in data.values() for d in yaml.safe_load_all(base64.b64decode(v)) if d]
+    return {d["metadata"]["name"]: d.get("data") or {} for d in docs if d["kind"] == "ConfigMap"}
+
+
+def test_a_changed_dynamic_config_goes_to_one_canary_per_pool_and_a_refusal_stops_it(
+        apis: FakeApis, tools) -> None:
+    from resmgr.agent import rollout
+
+    put_cluster(apis)
+    old, new = "policy:\n  Active: topology-aware\n", "policy:\n  Active: balloons\n"
+    put_extension(apis, provider_config(default=old), annotation=c.OPERATION_RECONCILE)
+    r = reconciler(apis, str(tools.helm), retry_delay_min=1)
+    shoot = r.actuator.shoot
+    for name, pool in (("a1", "pool-a"), ("a2", "pool-a"), ("b1", "pool-b")):
+        shoot.add_node(name, pool)
+    r.change(NS, "cri-resmgr")  # the first config: nothing older to go back to, so it goes out as it is
+    assert extension(apis)["status"]["lastOperation"]["state"] == status.SUCCEEDED
+    assert shoot_config_maps(apis)["cri-resmgr-config.default"] == {"policy": "Active: topology-aware\n"}
+
+    apis.store.objects[EXT]["spec"]["providerConfig"] = provider_config(default=new)
+    apis.store.objects[EXT]["metadata"]["generation"] = 2
+    with pytest.raises(RetryLater, match="started on the canary node"):
+        r.change(NS, "cri-resmgr")
+    ex = extension(apis)
+    assert ex["status"]["lastOperation"]["state"] == status.PROCESSING
+    # Waiting for canaries is no failed reconcile (the error counter feeds an alert).
+    assert r.metrics.registry.get_sample_value(
+        "gardener_extension_cri_resmgr_operations_total", {"operation": "Reconcile", "result": "waiting"}) == 1
+    cms = shoot_config_maps(apis)
+    assert cms["cri-resmgr-config.default"] == {"policy": "Active: topology-aware\n"}  # every other node keeps it
+    assert cms["cri-resmgr-candidate.default"] == {"policy": "Active: balloons\n"}
+    spec = rollout.parse_rollout({"data": cms[rollout.ROLLOUT_CONFIG_MAP]})
+    assert spec.canaries == ("a1", "b1")
+
+    # b1 refuses it: the rollout stops, the candidate goes, and lastError names the node and the error.
+    shoot.nodes[0]["metadata"]["annotations"] = {rollout.ROLLOUT_ANNOTATION: f"{spec.attempt} applied"}
+    shoot.nodes[2]["metadata"]["annotations"] = {
+        rollout.ROLLOUT_ANNOTATION: f"{spec.attempt} failed: balloons: not enough CPUs on this node"}
+    with pytest.raises(RetryLater, match="canary node b1: balloons: not enough CPUs on this node"):
+        r.change(NS, "cri-resmgr")
+    ex = extension(apis)
+    assert ex["status"]["lastError"]["codes"] == [status.ERR_CONFIGURATION_PROBLEM]
+    assert "canary node b1" in ex["status"]["lastError"]["description"]
+    cms = shoot_config_maps(apis)
+    assert "cri-resmgr-candidate.default" not in cms
+    assert cms["cri-resmgr-config.default"] == {"policy": "Active: topology-aware\n"}
+    assert rollout.parse_rollout({"data": cms[rollout.ROLLOUT_CONFIG_MAP]}).attempt == ""
+
+    # Fixed: a new attempt, promoted once both canaries applied it.
+    fixed = "policy:\n  Active: balloons\n  ReservedResources:\n    cpu: 1\n"
+    apis.store.objects[EXT]["spec"]["providerConfig"] = provider_config(default=fixed)
+    apis.store.objects[EXT]["metadata"]["generation"] = 3
+    with pytest.raises(RetryLater, match="started"):
+        r.change(NS, "cri-resmgr")
+    attempt = rollout.parse_rollout({"data": shoot_config_maps(apis)[rollout.ROLLOUT_CONFIG_MAP]}).attempt
+    for i in (0, 2):
+        shoot.nodes[i]["metadata"]["annotations"] = {rollout.ROLLOUT_ANNOTATION: f"{attempt} applied"}
+    assert "promoted to every node" in r.change(NS, "cri-resmgr")
+    ex = extension(apis)
+    assert ex["status"]["lastOperation"]["state"] == status.SUCCEEDED and ex["status"].get("lastError") is None
+    cms = shoot_config_maps(apis)
+    assert "cri-resmgr-candidate.default" not in cms
+    assert cms["cri-resmgr-config.default"]["policy"].startswith("Active: balloons\nReservedResources")
