@@ -9,6 +9,7 @@ NodeRunner (a debug pod on a real shoot node, or nsenter into a landscape node).
 
 from __future__ import annotations
 
+import json
 from typing import Protocol
 
 from devland import shoot_ops
@@ -37,6 +38,7 @@ class Target(Protocol):
     def wait_gone(self) -> None: ...
     def set_hibernation(self, enabled: bool) -> None: ...  # and wait until reconciled
     def reconcile(self) -> None: ...                    # and wait until reconciled
+    def last_error(self) -> str: ...                    # the extension's error as the shoot's owner sees it
     def shoot(self) -> shoot_ops.Kube: ...
     def pools(self) -> list[str]: ...
     def runners(self, nodes: list[str]) -> list[shoot_ops.NodeRunner]: ...
@@ -179,3 +181,74 @@ def extension_pod_killed_during_rollout(t: Target) -> None:
     t.wait_gone()
     assert_nodes(t, installed=False)
     t.delete()
+
+
+def staged_config_rollout(t: Target) -> None:
+    """A changed dynamic config goes to one canary node per worker pool first. A canary whose cri-resmgr refuses it
+    goes back to the last good config, the rollout stops and the extension's error names that node; no node keeps
+    the change. A corrected config is then promoted to every node.
+
+    The refusal is real: ``node.<first node>`` asks for CPUs 0-200, which the schema accepts and the node's
+    cri-resmgr refuses (it has 2 CPUs). The default changes as well, so the other pool's node is a canary too."""
+    from resmgr.agent.rollout import ROLLOUT_ANNOTATION, ROLLOUT_CONFIG_MAP
+
+    t.create()
+    t.enable(provider_config())
+    assert_nodes(t, installed=True)
+    shoot = t.shoot()
+    nodes = shoot_ops.shoot_nodes(shoot)
+    refusing = nodes[0]
+
+    def default_cm() -> dict:
+        return shoot.get_json("configmap", "-n", "kube-system", "cri-resmgr-config.default")
+
+    good_rv = default_cm()["metadata"]["resourceVersion"]
+    changed = DEFAULT_CONFIG.replace("CPU: 750m", "CPU: 500m")
+    unplaceable = "policy:\n  Active: topology-aware\n  AvailableResources:\n    cpu: cpuset:0-200\n"
+    t.enable(provider_config({"default": changed, f"node.{refusing}": unplaceable}), wait=False)
+
+    def rollout() -> dict:
+        r = shoot.run("get", "configmap", "-n", "kube-system", ROLLOUT_CONFIG_MAP, "-o", "json", check=False)
+        return json.loads(r.stdout) if r.returncode == 0 else {}
+
+    def canaries_named() -> tuple[bool, str]:
+        data = json.dumps(rollout().get("data") or {})
+        return all(n in data for n in nodes), f"{ROLLOUT_CONFIG_MAP}: {data}"
+    shoot_ops.wait_until("a rollout naming one canary per pool", canaries_named, t.timeout, 1)
+
+    def refused() -> tuple[bool, str]:
+        report = (shoot.get_json("node", refusing)["metadata"].get("annotations") or {}).get(ROLLOUT_ANNOTATION, "")
+        return " failed: " in report, f"{refusing}: rollout report {report!r}"
+    shoot_ops.wait_until(f"{refusing} reports the candidate refused", refused, t.timeout, 1)
+
+    def stopped() -> tuple[bool, str]:
+        error = t.last_error()
+        return refusing in error and "AvailableResources" in error, f"the extension's error: {error!r}"
+    shoot_ops.wait_until("the rollout stopped, naming the node and the error", stopped, t.timeout, 2)
+
+    # Every node is back on (or never left) the last good config: the ordinary ConfigMap, unchanged.
+    assert default_cm()["metadata"]["resourceVersion"] == good_rv
+    assert "CPU: 750m" in json.dumps(default_cm()["data"])
+    for n in nodes:
+        shoot_ops.wait_until(f"{n} on the last good config",
+                             lambda n=n: _on_config_map(shoot.get_json("node", n), "cri-resmgr-config.default",
+                                                        good_rv), t.timeout, 2)
+
+    # Corrected: the canaries apply it, then it is promoted to the ordinary ConfigMap on every node.
+    t.enable(provider_config({"default": changed}))
+    promoted = default_cm()
+    assert "CPU: 500m" in json.dumps(promoted["data"]), promoted["data"]
+    assert not t.last_error()
+    for n in nodes:
+        shoot_ops.wait_until(f"{n} on the promoted config",
+                             lambda n=n: _on_config_map(shoot.get_json("node", n), "cri-resmgr-config.default",
+                                                        promoted["metadata"]["resourceVersion"]), t.timeout, 2)
+    t.disable()
+    t.delete()
+
+
+def _on_config_map(node_obj: dict, name: str, resource_version: str) -> tuple[bool, str]:
+    """Whether the agent reports ``name`` at ``resource_version`` applied on the Node."""
+    ok, why = shoot_ops.agent_config_applied(node_obj, name)
+    source = (node_obj["metadata"].get("annotations") or {}).get(shoot_ops.CONFIG_SOURCE, "")
+    return ok and source.endswith(f"@{resource_version}"), why or f"config source {source}, want @{resource_version}"

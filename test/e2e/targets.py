@@ -62,6 +62,11 @@ class GardenerTarget:
         shoot_ops.trigger_reconcile(self.garden, self.namespace, self.name)
         self._wait()
 
+    def last_error(self) -> str:
+        """The Shoot's lastErrors, where gardenlet reports an Extension's lastError."""
+        shoot = shoot_ops.get_shoot(self.garden, self.namespace, self.name)
+        return "\n".join(e.get("description", "") for e in (shoot.get("status") or {}).get("lastErrors") or [])
+
     def shoot(self) -> shoot_ops.Kube:
         kc = shoot_ops.admin_kubeconfig(self.garden, self.namespace, self.name, self.tmp_path / "shoot.kubeconfig")
         return shoot_ops.Kube(self.garden.kubectl_path, str(kc))
@@ -150,6 +155,10 @@ class LandscapeTarget:
     def reconcile(self) -> None:
         self.gardenlet.annotate_reconcile()
         self.gardenlet.wait_ready(self.timeout)
+
+    def last_error(self) -> str:
+        ext = self.gardenlet.extension() or {}
+        return ((ext.get("status") or {}).get("lastError") or {}).get("description", "")
 
     def shoot(self) -> shoot_ops.Kube:
         return self.land.shoot

@@ -77,3 +77,7 @@ def test_worker_pool_selection(target):
 
 def test_node_config_reaches_only_that_node(target):
     _run(scenarios.node_config, target)
+
+
+def test_staged_config_rollout(target):
+    _run(scenarios.staged_config_rollout, target)

@@ -44,3 +44,7 @@ def test_base_config_change(target):
 
 def test_extension_pod_killed_during_rollout(target):
     scenarios.extension_pod_killed_during_rollout(target)
+
+
+def test_staged_config_rollout(target):
+    scenarios.staged_config_rollout(target)
