@@ -236,9 +236,13 @@ def staged_config_rollout(t: Target) -> None:
 
     # Corrected: the canaries apply it, then it is promoted to the ordinary ConfigMap on every node.
     t.enable(provider_config({"default": changed}))
-    promoted = default_cm()
-    assert "CPU: 500m" in json.dumps(promoted["data"]), promoted["data"]
     assert not t.last_error()
+
+    def promoted_in_shoot() -> tuple[bool, str]:  # gardener-resource-manager applies the promotion after the reconcile
+        data = default_cm()["data"]
+        return "CPU: 500m" in json.dumps(data), f"cri-resmgr-config.default: {data}"
+    shoot_ops.wait_until("the corrected config promoted to cri-resmgr-config.default", promoted_in_shoot, t.timeout, 1)
+    promoted = default_cm()
     for n in nodes:
         shoot_ops.wait_until(f"{n} on the promoted config",
                              lambda n=n: _on_config_map(shoot.get_json("node", n), "cri-resmgr-config.default",
