@@ -31,6 +31,7 @@ from extension.monitoring import Monitoring
 from extension.provider_config import (
     ProviderConfig,
     check_pool_configs,
+    check_pool_modes,
     check_worker_pools,
     parse_provider_config,
 )
@@ -119,7 +120,8 @@ class Actuator:
             node_selector=pc.node_selector, worker_pools=pc.worker_pools, metrics_port=self.settings.metrics_port,
             metrics_allow=(cluster.pods_cidr,) if self.settings.metrics_allow_pod_network and cluster.pods_cidr else (),
             uninstall_max_unavailable=self.settings.uninstall_max_unavailable,
-            kubernetes_version=cluster.kubernetes_version or None)
+            kubernetes_version=cluster.kubernetes_version or None,
+            frontend=pc.mode, pool_frontends=dict(pc.pool_modes))
         values = dataclasses.replace(values, digest=node_proof.rollout_digest(values.installer_inputs(), *rollout))
         # After the digest: the webhook (and its certificate renewals) is no rollout of the nodes.
         values = dataclasses.replace(values, webhook=webhook_values or {})
@@ -166,7 +168,8 @@ class Actuator:
         # Validate first even when hibernated: a bad config is reported early either way.
         pc = self.provider_config(extension)
         pools = [*check_worker_pools(pc.worker_pools, list(cluster.worker_pools)),
-                 *check_pool_configs(pc.configs, list(cluster.worker_pools))]
+                 *check_pool_configs(pc.configs, list(cluster.worker_pools)),
+                 *check_pool_modes(pc.pool_modes, list(cluster.worker_pools))]
         base = self.base_configs()  # the one read of the ConfigMap in this reconcile
         split = self.configs(pc, base)  # and the one validation
         warnings = (*pools, *split.notes)

@@ -115,10 +115,14 @@ class Proof:
     nodes: int  # selected nodes
     pending: list[str]  # "node: why"
     failed: list[str]  # "node: reason"
+    # Mode nri on a node whose containerd has NRI off: "node: how to turn it on" (an error, never a fallback).
+    nri_off: list[str] = field(default_factory=list)
+    # Nodes that are done but where mode auto chose the relay because NRI is off: "node: why".
+    auto_relay: list[str] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
-        return not self.pending and not self.failed
+        return not self.pending and not self.failed and not self.nri_off
 
 
 def assess(nodes: list[dict[str, Any]], leases: list[dict[str, Any]], state: str, digest: str,
@@ -126,7 +130,7 @@ def assess(nodes: list[dict[str, Any]], leases: list[dict[str, Any]], state: str
     """Judge the records against the node list: which selected nodes are done, pending or failed."""
     records = {r.node: r for r in (noderecord.from_lease(lease) for lease in leases) if r is not None}
     failed_state = noderecord.UNINSTALL_FAILED if state == noderecord.UNINSTALLED else noderecord.INSTALL_FAILED
-    pending, failed, selected = [], [], 0
+    pending, failed, nri_off, auto_relay, selected = [], [], [], [], 0
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = node["metadata"]["name"]
         if not selection.selects(node["metadata"].get("labels") or {}):
@@ -138,12 +142,16 @@ def assess(nodes: list[dict[str, Any]], leases: list[dict[str, Any]], state: str
         elif rec.digest != digest:
             pending.append(f"{name}: record is of another rollout ({rec.state})")
         elif rec.state == state:
+            if rec.reason.startswith(noderecord.AUTO_RELAY_PREFIX):
+                auto_relay.append(f"{name}: {rec.reason.removeprefix(noderecord.AUTO_RELAY_PREFIX)}")
             continue
+        elif rec.state == noderecord.NRI_UNAVAILABLE and state == noderecord.INSTALLED:
+            nri_off.append(f"{name}: {rec.reason or rec.state}")
         elif rec.state == failed_state:
             failed.append(f"{name}: {rec.reason or rec.state}")
         else:
             pending.append(f"{name}: {rec.state}" + (f" ({rec.reason})" if rec.reason else ""))
-    return Proof(selected, pending, failed)
+    return Proof(selected, pending, failed, nri_off, auto_relay)
 
 
 def describe(items: list[str]) -> str:
@@ -313,9 +321,15 @@ class ShootReader:
             raise ShootUnreachable(str(err), delay) from err
         proof = assess(nodes, leases, state, digest, selection)
         verb = "uninstall" if state == noderecord.UNINSTALLED else "install"
+        problems = []
         if proof.failed:
-            raise NodesFailed(f"{verb} failed on {len(proof.failed)} of {proof.nodes} node(s): "
-                              f"{describe(proof.failed)}; retrying", delay)
+            problems.append(f"{verb} failed on {len(proof.failed)} of {proof.nodes} node(s): {describe(proof.failed)}")
+        if proof.nri_off:
+            # Said as it is: mode nri does not fall back to the relay.
+            problems.append(f"mode nri, but containerd's NRI is off on {len(proof.nri_off)} of {proof.nodes} "
+                            f"node(s), which run without cri-resmgr: {describe(proof.nri_off)}")
+        if problems:
+            raise NodesFailed("; ".join(problems) + "; retrying", delay)
         if proof.pending:
             raise NodesNotDone(f"waiting for the {verb} on {len(proof.pending)} of {proof.nodes} node(s): "
                                f"{describe(proof.pending)}", delay)
@@ -341,7 +355,11 @@ def health(reader: ShootReader, namespace: str, mr: dict[str, Any] | None) -> tu
             return "Progressing", c.REASON_PROGRESSING, str(err)
         # The shoot cannot be read: the check itself failed.
         return "Unknown", c.REASON_CONDITION_CHECK_ERROR, f"cannot read the nodes' records from the shoot: {err}"
-    return "True", c.REASON_SUCCESSFUL, f"All health checks successful; {proof.nodes} node(s) report {state}"
+    message = f"All health checks successful; {proof.nodes} node(s) report {state}"
+    if proof.auto_relay:
+        message += (f"; mode auto runs the relay on {len(proof.auto_relay)} node(s) because containerd's NRI is off "
+                    f"there: {describe(proof.auto_relay)}")
+    return "True", c.REASON_SUCCESSFUL, message
 
 
 def _list(fn: Any, **kwargs: Any) -> list[dict[str, Any]]:
