@@ -23,7 +23,7 @@ from extension import constants as c
 from extension.component import ManagedResourceComponent, NotHealthy
 from extension.configs import SplitConfigs, merge_configs, validate_and_split
 from extension.errors import ConfigurationError, RetryLater
-from extension.gardener import imagevector
+from extension.gardener import imagevector, versions
 from extension.gardener.cluster import ClusterInfo
 from extension.gardener.kube import Apis
 from extension.installation import INSTALL, UNINSTALL, Installation, InstallationValues
@@ -66,6 +66,21 @@ class ReconcileResult:
     warnings: tuple[str, ...] = ()
     # The digest of the base configs this reconcile used (extension.base_configs); None: none configured.
     base_configs_digest: str | None = None
+
+
+# The nri and auto installers label their node; a ValidatingAdmissionPolicy (GA in 1.30) keeps them to the one label
+# of their own node (charts/internal/cri-resmgr-installation/templates/installer-node-record.yaml).
+NRI_MIN_KUBERNETES = ">= 1.30"
+
+
+def check_mode_supported(pc: ProviderConfig, kubernetes_version: str) -> None:
+    """ConfigurationError when a node would leave the relay on a Kubernetes without ValidatingAdmissionPolicy."""
+    uses = sorted({pc.mode, *pc.pool_modes.values()} - {"relay"})
+    if uses and kubernetes_version and not versions.matches(NRI_MIN_KUBERNETES, kubernetes_version):
+        field = "providerConfig.mode" if pc.mode != "relay" else "providerConfig.modes"
+        raise ConfigurationError(field, f"mode {uses[0]} needs Kubernetes {NRI_MIN_KUBERNETES.removeprefix('>= ')} or "
+                                        f"later (the shoot runs {kubernetes_version}): the installer's node label is "
+                                        "limited to its own node by a ValidatingAdmissionPolicy")
 
 
 class UninstallTimeout(RetryLater):
@@ -167,6 +182,7 @@ class Actuator:
         ns = extension["metadata"]["namespace"]
         # Validate first even when hibernated: a bad config is reported early either way.
         pc = self.provider_config(extension)
+        check_mode_supported(pc, cluster.kubernetes_version)
         pools = [*check_worker_pools(pc.worker_pools, list(cluster.worker_pools)),
                  *check_pool_configs(pc.configs, list(cluster.worker_pools)),
                  *check_pool_modes(pc.pool_modes, list(cluster.worker_pools))]

@@ -15,7 +15,7 @@ import noderecord
 from installer import node_label, node_recorder, readiness, release
 from installer.agent_check import agent_check, gated_by_agent
 from installer.host import CommandRunner, Host
-from installer.install import KUBELET_TARGET, InstallSettings, NodeInstaller
+from installer.install import FRONTEND, KUBELET_TARGET, NRI_FRONTEND, InstallSettings, NodeInstaller
 from installer.node_label import NodeLabeler
 from installer.node_lock import NodeLock
 from installer.nri_state import nri_state
@@ -251,6 +251,8 @@ def run_nri(installer: NodeInstaller, args: argparse.Namespace, stop: threading.
 
             return run_install(installer, args, stop, _noting_installed(record, note), labeler)
         try:
+            if labeler is not None and installer.journal().get(FRONTEND) != NRI_FRONTEND:
+                labeler.leave_nri()  # a stale nri label must not bring the plugin up beside the relay
             changed = installer.switch_to_nri()
             if labeler is not None:
                 labeler.ensure(node_label.NRI if state.enabled else None)

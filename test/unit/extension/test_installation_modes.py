@@ -84,3 +84,15 @@ def test_the_label_the_installer_sets_is_the_one_the_plugin_selects():
     assert node_label.FRONTEND_LABEL == FRONTEND_LABEL
     assert node_proof.rollout_digest(values().installer_inputs()) != node_proof.rollout_digest(
         values("nri").installer_inputs())
+
+
+def test_nri_and_auto_need_kubernetes_1_30():
+    from extension.actuator import check_mode_supported
+    from extension.errors import ConfigurationError
+    from extension.provider_config import parse_provider_config
+
+    check_mode_supported(parse_provider_config({"mode": "nri"}), "1.30.2")
+    check_mode_supported(parse_provider_config(None), "1.28.0")  # the relay everywhere: as before
+    with pytest.raises(ConfigurationError) as err:
+        check_mode_supported(parse_provider_config({"modes": {"a": "auto"}}), "1.29.9")
+    assert err.value.field == "providerConfig.modes" and "needs Kubernetes 1.30 or later" in str(err.value)
