@@ -71,6 +71,18 @@ on SIGTERM): kubelet back to containerd (verified), stop and disable the unit,
 cri-resmgr --reset-policy and /var/lib/cri-resmgr removed, every installed file
 removed or restored byte for byte; then it reports ready and sleeps.
 
+nri mode (the worker pools of providerConfig mode/modes nri; kubelet is never
+touched): take an earlier relay off the node keeping the containers' cpusets and
+cri-resmgr's cache (kubelet back to containerd, the unit and its files removed),
+make /var/lib/cri-resmgr and /var/run/cri-resmgr/agent, check containerd's NRI
+socket, and label the node cri-resmgr.gardener.cloud/frontend=nri, on which the
+cri-resmgr-nri DaemonSet (cri-resmgr --frontend nri) selects. With NRI off the
+node record says nri-unavailable with how to turn it on; no fallback to the
+relay. Checked again every --check-interval.
+
+auto mode: nri mode where containerd's NRI is on when the pod starts, else
+install mode (the node record says why).
+
 node record: after "install complete" and "uninstall complete" (and on failures, with
 the reason) the installer writes the Lease kube-system/cri-resmgr-node-<node> through its
 ServiceAccount: state, the digest of the rollout (--digest) and the time. The extension ends
