@@ -261,6 +261,11 @@ def run_nri(installer: NodeInstaller, args: argparse.Namespace, stop: threading.
             log.info("mode auto: containerd's NRI is off on this node, so cri-resmgr runs as the relay: %s",
                      state.reason)
 
+            if labeler is not None:
+                try:  # says on the node which front end auto chose (the plugin selects on nri only)
+                    labeler.ensure(node_label.RELAY)
+                except Exception as exc:
+                    log.warning("cannot label the node %s=relay: %s", node_label.FRONTEND_LABEL, exc)
             return run_install(installer, args, stop, _noting_installed(record, note), labeler)
         try:
             if labeler is not None and installer.journal().get(FRONTEND) != NRI_FRONTEND:

@@ -224,11 +224,12 @@ class FakeInstaller:
         return SimpleNamespace(kubelet_layout="extra_args", runtime_endpoint="unix:///run/containerd/containerd.sock")
 
 
-def run(tmp_path: Path, auto: bool = False) -> tuple[int, list[tuple[str, str]], FakeCoreApi, FakeInstaller]:
+def run(tmp_path: Path, auto: bool = False, labels: dict[str, str] | None = None,
+        ) -> tuple[int, list[tuple[str, str]], FakeCoreApi, FakeInstaller]:
     args = build_parser().parse_args(["--host-root", str(tmp_path), "--once", "--ready-file", str(tmp_path / "ready"),
                                       "--config-dir", str(tmp_path / "config")])
     records: list[tuple[str, str]] = []
-    api = FakeCoreApi({FRONTEND_LABEL: "nri"})
+    api = FakeCoreApi({FRONTEND_LABEL: "nri"} if labels is None else labels)
     installer = FakeInstaller(node(tmp_path))
     rc = run_nri(installer, args, threading.Event(), lambda s, r: records.append((s, r)), NodeLabeler(api, "n1"),
                  auto=auto)  # type: ignore[arg-type]
@@ -261,3 +262,4 @@ def test_mode_auto_without_nri_installs_the_relay_and_says_why(tmp_path: Path) -
     assert state == noderecord.INSTALLED and reason.startswith(noderecord.AUTO_RELAY_PREFIX + "containerd's NRI is off")
     assert api.labels[FRONTEND_LABEL] == "relay"  # the stale nri label is gone before the relay starts
     assert os.path.exists(tmp_path / "ready")
+    assert run(tmp_path, auto=True, labels={})[2].labels == {FRONTEND_LABEL: "relay"}  # says what auto chose
