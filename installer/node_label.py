@@ -21,16 +21,22 @@ class NodeLabeler:
     def __init__(self, core_api: Any, node: str) -> None:
         self.api = core_api
         self.node = node
+        # The value this labeler last read or wrote: the nri installer ensures the label every --check-interval,
+        # which must not cost every node an API call each time.
+        self._known: tuple[str | None] | None = None
 
     def current(self) -> str | None:
         node = self.api.read_node(self.node)
-        return ((node.metadata.labels or {}) if node.metadata else {}).get(FRONTEND_LABEL)
+        value = ((node.metadata.labels or {}) if node.metadata else {}).get(FRONTEND_LABEL)
+        self._known = (value,)
+        return value
 
     def ensure(self, value: str | None) -> bool:
         """Set the label to ``value`` (None: remove it); True if it changed. Raises what the API raises."""
-        if self.current() == value:
+        if self._known == (value,) or self.current() == value:
             return False
         self.api.patch_node(self.node, {"metadata": {"labels": {FRONTEND_LABEL: value}}})
+        self._known = (value,)
         log.info("node label %s=%s", FRONTEND_LABEL, value if value is not None else "(removed)",
                  extra={"node": self.node, "label": FRONTEND_LABEL, "value": value})
         return True

@@ -200,6 +200,9 @@ def test_the_label_is_patched_only_when_it_changes() -> None:
     labeler.leave_nri()  # a relay install: the stale nri label goes before the relay starts
     assert api.labels[FRONTEND_LABEL] == "relay"
     assert labeler.ensure(None) and FRONTEND_LABEL not in api.labels
+    reads = []
+    api.read_node = lambda name: reads.append(name)  # type: ignore[method-assign]
+    assert not labeler.ensure(None) and reads == []  # known: no API call every check interval
     NodeLabeler(FakeCoreApi(fail_read=True), "n1").leave_nri()  # unreadable: the install goes on
 
 
