@@ -50,6 +50,12 @@ def worker_pools(shoot: dict[str, Any]) -> list[str]:
     return [w["name"] for w in provider.get("workers") or [] if isinstance(w, dict) and isinstance(w.get("name"), str)]
 
 
+def kubernetes_version(shoot: dict[str, Any]) -> str:
+    """The Shoot's ``spec.kubernetes.version`` ("" when not set: the checks that need it are skipped)."""
+    version = ((shoot.get("spec") or {}).get("kubernetes") or {}).get("version")
+    return version if isinstance(version, str) else ""
+
+
 def check_shoot(shoot: dict[str, Any], old: dict[str, Any] | None = None,
                 check: Checker = check_shoot_config) -> list[str] | None:
     """None when the Shoot does not enable our extension or leaves its providerConfig as ``old`` had it;
@@ -63,7 +69,8 @@ def check_shoot(shoot: dict[str, Any], old: dict[str, Any] | None = None,
         before = find_extension(old)
         if before is not None and before[1].get("providerConfig") == raw:
             return None
-    checked = check(raw, where=f"spec.extensions[{i}].providerConfig", shoot_pools=worker_pools(shoot))
+    checked = check(raw, where=f"spec.extensions[{i}].providerConfig", shoot_pools=worker_pools(shoot),
+                    kubernetes_version=kubernetes_version(shoot))
     return list(checked.warnings)
 
 

@@ -126,7 +126,8 @@ class Actuator:
             node_selector=pc.node_selector, worker_pools=pc.worker_pools, metrics_port=self.settings.metrics_port,
             metrics_allow=(cluster.pods_cidr,) if self.settings.metrics_allow_pod_network and cluster.pods_cidr else (),
             uninstall_max_unavailable=self.settings.uninstall_max_unavailable,
-            kubernetes_version=cluster.kubernetes_version or None)
+            kubernetes_version=cluster.kubernetes_version or None,
+            frontend=pc.mode, pool_frontends=dict(pc.pool_modes))
         values = dataclasses.replace(values, digest=node_proof.rollout_digest(values.installer_inputs(), *rollout))
         # After the digest: the webhook (and its certificate renewals) is no rollout of the nodes.
         values = dataclasses.replace(values, webhook=webhook_values or {})
@@ -173,7 +174,8 @@ class Actuator:
         # Validate first even when hibernated: a bad config is reported early either way.
         # The shoot's part is the check the garden's admission runs (extension/shoot_config.py).
         shoot = check_shoot_config((extension.get("spec") or {}).get("providerConfig"),
-                                   shoot_pools=list(cluster.worker_pools))
+                                   shoot_pools=list(cluster.worker_pools),
+                                   kubernetes_version=cluster.kubernetes_version)
         pc = shoot.provider_config
         base = self.base_configs()  # the one read of the ConfigMap in this reconcile
         split = self.configs(pc, base, shoot.configs)  # and the one validation of the base configs

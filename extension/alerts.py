@@ -26,6 +26,7 @@ GROUP_NAME = "cri-resmgr.rules"
 INSTALLER_POD_PREFIX = "cri-resmgr-installer-"  # the installer DaemonSet's pods (installer-daemonset.yaml)
 # kubelet's PLEG relists pods and containers every second: a relay that kubelet uses sees these all the time.
 KUBELET_LISTING = "ListPodSandbox|ListContainers"
+NRI_CALLS = "nri/.+"  # the methods of the NRI plugin's requests (resmgr/nri/plugin.py)
 
 _OURS = f'job="{c.SCRAPE_JOB_NAME}"'
 
@@ -72,7 +73,10 @@ ALERTS: tuple[Alert, ...] = (
         # kubelet's PLEG lists through the runtime every second; none of it on an answering relay means kubelet
         # talks to containerd directly (the supervisor's fallback, or its configuration was rewritten).
         f"sum by (node) (up{{{_OURS}}} == 1) unless on (node) "
-        f'sum by (node) (rate(cri_resmgr_requests_total{{{_OURS}, method=~"{KUBELET_LISTING}"}}[10m]) > 0)',
+        f'sum by (node) (rate(cri_resmgr_requests_total{{{_OURS}, method=~"{KUBELET_LISTING}"}}[10m]) > 0) '
+        # NRI mode: kubelet talks to containerd by design; containerd's first call (Configure, Synchronize) leaves
+        # an nri/ series for as long as the plugin runs (docs/usage/nri.md).
+        f'unless on (node) sum by (node) (cri_resmgr_requests_total{{{_OURS}, method=~"{NRI_CALLS}"}})',
         "15m", "critical",
         "kubelet on a node does not use cri-resmgr",
         "cri-resmgr on node {{ $labels.node }} answers, but kubelet has sent it no ListPodSandbox or "

@@ -17,8 +17,26 @@ from extension import constants as c
 from extension.component import ManagedResourceComponent
 from extension.gardener import managed_resources
 from extension.gardener.kube import Apis
+from extension.provider_config import AUTO, NRI, RELAY
 
 INSTALL, UNINSTALL = "install", "uninstall"
+# The installer DaemonSets of an install, one per mode that some nodes are in (providerConfig mode/modes):
+# name, and the installer's mode on those nodes (installer/cli.py). The relay's keeps its old name.
+INSTALLERS = ((RELAY, "cri-resmgr-installer", INSTALL), (NRI, "cri-resmgr-installer-nri", NRI),
+              (AUTO, "cri-resmgr-installer-auto", AUTO))
+# The node label the nri and auto installers set once the node is ready for the NRI plugin (the relay gone,
+# containerd's NRI on); the plugin DaemonSet selects on it (installer/node_label.py writes it).
+FRONTEND_LABEL = "cri-resmgr.gardener.cloud/frontend"
+
+
+def pool_constraint(default: str, pool_modes: dict[str, str], wanted: set[str]) -> tuple[str, list[str]] | None:
+    """The node affinity on the worker pool label that picks the nodes whose mode is in ``wanted``:
+    ("", []) every selected node, ("In"|"NotIn", pools), or None when no node is in such a mode."""
+    if default in wanted:
+        others = sorted(p for p, m in pool_modes.items() if m not in wanted)
+        return ("NotIn", others) if others else ("", [])
+    mine = sorted(p for p, m in pool_modes.items() if m in wanted)
+    return ("In", mine) if mine else None
 
 
 @dataclass(frozen=True)
@@ -42,13 +60,52 @@ class InstallationValues:
     # Identifies the rollout in each node's record (extension/node_proof.py); empty: no proof expected.
     digest: str = ""
     uninstall_max_unavailable: str | int = "50%"
+    # providerConfig mode and modes: relay, nri or auto, for the shoot and per worker pool.
+    frontend: str = RELAY
+    pool_frontends: dict[str, str] = field(default_factory=dict)
 
     def installer_inputs(self) -> dict[str, Any]:
         """What the installer applies on a node; its digest names the rollout in the node records. Dynamic configs
         (the agent's) and the roll's pace stay out: a change of those must not re-roll every node's installer."""
-        return {"image": self.images.get("installer"), "mode": self.mode, "static": self.static_configs,
-                "nodeSelector": self.node_selector, "workerPools": list(self.worker_pools),
-                "metrics": {"port": self.metrics_port, "allow": list(self.metrics_allow)}}
+        inputs: dict[str, Any] = {
+            "image": self.images.get("installer"), "mode": self.mode, "static": self.static_configs,
+            "nodeSelector": self.node_selector, "workerPools": list(self.worker_pools),
+            "metrics": {"port": self.metrics_port, "allow": list(self.metrics_allow)}}
+        if self.frontend != RELAY or any(m != RELAY for m in self.pool_frontends.values()):
+            # Only when a node leaves the relay: an all-relay shoot keeps its digest, so upgrading the
+            # extension does not re-roll its nodes.
+            inputs["frontend"] = {"default": self.frontend, "pools": dict(sorted(self.pool_frontends.items()))}
+        return inputs
+
+    def installers(self) -> list[dict[str, Any]]:
+        """The installer DaemonSets: in uninstall mode one on every selected node, else one per mode in use."""
+        if self.mode == UNINSTALL:
+            return [{"name": "cri-resmgr-installer", "mode": UNINSTALL, "poolOperator": "", "pools": []}]
+        result = []
+        for frontend, name, mode in INSTALLERS:
+            constraint = pool_constraint(self.frontend, self.pool_frontends, {frontend})
+            if constraint is not None:
+                result.append({"name": name, "mode": mode, "poolOperator": constraint[0], "pools": constraint[1]})
+        return result
+
+    def nri_plugin(self) -> dict[str, Any]:
+        """The chart's nriPlugin section: the cri-resmgr --frontend nri DaemonSet on the nodes of the nri and
+        auto pools that their installer labelled ready for it."""
+        constraint = pool_constraint(self.frontend, self.pool_frontends, {NRI, AUTO})
+        if self.mode == UNINSTALL or constraint is None:
+            return {"enabled": False}
+        return {"enabled": True, "poolOperator": constraint[0], "pools": constraint[1],
+                "frontendLabel": FRONTEND_LABEL, "extraArgs": self.plugin_extra_args()}
+
+    def plugin_extra_args(self) -> list[str]:
+        """EXTRA_OPTIONS as the plugin's arguments (split and checked as the installer does for the relay's
+        unit), then --metrics-allow."""
+        from resmgr.config.extra_options import parse_extra_options
+
+        args = parse_extra_options(self.static_configs.get("EXTRA_OPTIONS", ""))
+        if self.metrics_allow:
+            args.append(f"--metrics-allow={','.join(self.metrics_allow)}")
+        return args
 
     def chart_values(self) -> dict[str, Any]:
         return {
@@ -62,6 +119,8 @@ class InstallationValues:
             "workerPools": list(self.worker_pools),
             "metrics": {"port": self.metrics_port, "allow": list(self.metrics_allow)},
             "webhook": self.webhook or {"enabled": False},
+            "installers": self.installers(),
+            "nriPlugin": self.nri_plugin(),
         }
 
 

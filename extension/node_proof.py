@@ -116,10 +116,14 @@ class Proof:
     nodes: int  # selected nodes
     pending: list[str]  # "node: why"
     failed: list[str]  # "node: reason"
+    # Mode nri on a node whose containerd has NRI off: "node: how to turn it on" (an error, never a fallback).
+    nri_off: list[str] = field(default_factory=list)
+    # Nodes that are done but where mode auto chose the relay because NRI is off: "node: why".
+    auto_relay: list[str] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
-        return not self.pending and not self.failed
+        return not self.pending and not self.failed and not self.nri_off
 
 
 def assess(nodes: list[dict[str, Any]], leases: list[dict[str, Any]], state: str, digest: str,
@@ -128,15 +132,18 @@ def assess(nodes: list[dict[str, Any]], leases: list[dict[str, Any]], state: str
     records = {r.node: r for r in (noderecord.from_lease(lease) for lease in leases) if r is not None}
     failed_state = noderecord.UNINSTALL_FAILED if state == noderecord.UNINSTALLED else noderecord.INSTALL_FAILED
     return judge(nodes, records, digest, lambda node: selection.selects(node["metadata"].get("labels") or {}),
-                 done=(state,), failed=(failed_state,))
+                 done=(state,), failed=(failed_state,),
+                 unavailable=(noderecord.NRI_UNAVAILABLE,) if state == noderecord.INSTALLED else ())
 
 
 def judge(nodes: list[dict[str, Any]], records: Mapping[str, noderecord.NodeRecord], digest: str,
-          counts: Callable[[dict[str, Any]], bool], *, done: Collection[str], failed: Collection[str]) -> Proof:
+          counts: Callable[[dict[str, Any]], bool], *, done: Collection[str], failed: Collection[str],
+          unavailable: Collection[str] = ()) -> Proof:
     """Which of the nodes that count have a record of this rollout (``digest``) in a ``done`` state, which failed,
-    which are pending. One judge for the installers' records (``assess``) and the agents' reports on a staged
-    config rollout (extension/config_rollout.py)."""
-    pending, failures, selected = [], [], 0
+    which are pending, and which cannot run it (``unavailable``: mode nri on a node with NRI off). One judge for
+    the installers' records (``assess``) and the agents' reports on a staged config rollout
+    (extension/config_rollout.py)."""
+    pending, failures, nri_off, auto_relay, selected = [], [], [], [], 0
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = node["metadata"]["name"]
         if not counts(node):
@@ -148,12 +155,16 @@ def judge(nodes: list[dict[str, Any]], records: Mapping[str, noderecord.NodeReco
         elif rec.digest != digest:
             pending.append(f"{name}: record is of another rollout ({rec.state})")
         elif rec.state in done:
+            if rec.reason.startswith(noderecord.AUTO_RELAY_PREFIX):
+                auto_relay.append(f"{name}: {rec.reason.removeprefix(noderecord.AUTO_RELAY_PREFIX)}")
             continue
+        elif rec.state in unavailable:
+            nri_off.append(f"{name}: {rec.reason or rec.state}")
         elif rec.state in failed:
             failures.append(f"{name}: {rec.reason or rec.state}")
         else:
             pending.append(f"{name}: {rec.state}" + (f" ({rec.reason})" if rec.reason else ""))
-    return Proof(selected, pending, failures)
+    return Proof(selected, pending, failures, nri_off, auto_relay)
 
 
 def describe(items: list[str]) -> str:
@@ -323,9 +334,15 @@ class ShootReader:
             raise ShootUnreachable(str(err), delay) from err
         proof = assess(nodes, leases, state, digest, selection)
         verb = "uninstall" if state == noderecord.UNINSTALLED else "install"
+        problems = []
         if proof.failed:
-            raise NodesFailed(f"{verb} failed on {len(proof.failed)} of {proof.nodes} node(s): "
-                              f"{describe(proof.failed)}; retrying", delay)
+            problems.append(f"{verb} failed on {len(proof.failed)} of {proof.nodes} node(s): {describe(proof.failed)}")
+        if proof.nri_off:
+            # Said as it is: mode nri does not fall back to the relay.
+            problems.append(f"mode nri, but containerd's NRI is off on {len(proof.nri_off)} of {proof.nodes} "
+                            f"node(s), which run without cri-resmgr: {describe(proof.nri_off)}")
+        if problems:
+            raise NodesFailed("; ".join(problems) + "; retrying", delay)
         if proof.pending:
             raise NodesNotDone(f"waiting for the {verb} on {len(proof.pending)} of {proof.nodes} node(s): "
                                f"{describe(proof.pending)}", delay)
@@ -351,7 +368,11 @@ def health(reader: ShootReader, namespace: str, mr: dict[str, Any] | None) -> tu
             return "Progressing", c.REASON_PROGRESSING, str(err)
         # The shoot cannot be read: the check itself failed.
         return "Unknown", c.REASON_CONDITION_CHECK_ERROR, f"cannot read the nodes' records from the shoot: {err}"
-    return "True", c.REASON_SUCCESSFUL, f"All health checks successful; {proof.nodes} node(s) report {state}"
+    message = f"All health checks successful; {proof.nodes} node(s) report {state}"
+    if proof.auto_relay:
+        message += (f"; mode auto runs the relay on {len(proof.auto_relay)} node(s) because containerd's NRI is off "
+                    f"there: {describe(proof.auto_relay)}")
+    return "True", c.REASON_SUCCESSFUL, message
 
 
 def _list(fn: Any, **kwargs: Any) -> list[dict[str, Any]]:

@@ -10,7 +10,11 @@ from extension.errors import ConfigurationError
 
 API_VERSION = "cri-resmgr.extensions.gardener.cloud/v1alpha1"
 KIND = "CriResMgrConfig"
-_KNOWN_KEYS = {"apiVersion", "kind", "configs", "nodeSelector", "workerPools", "webhook"}
+_KNOWN_KEYS = {"apiVersion", "kind", "configs", "nodeSelector", "workerPools", "webhook", "mode", "modes"}
+# How cri-resmgr sits on a node (docs/usage/configuration.md, "Relay or NRI"): the CRI relay kubelet is
+# repointed at, containerd's NRI plugin in a DaemonSet pod, or NRI where the node's containerd has it on.
+RELAY, NRI, AUTO = "relay", "nri", "auto"
+MODES = (RELAY, NRI, AUTO)
 # Label keys/values as Kubernetes accepts them (prefix/name, value <= 63 chars).
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -25,6 +29,43 @@ class ProviderConfig:
     worker_pools: tuple[str, ...] = ()
     # cri-resmgr-webhook in the shoot (extension/webhook_certs.py, the chart's templates/webhook.yaml).
     webhook_enabled: bool = False
+    # The shoot's mode (``mode``), and the worker pools that differ from it (``modes: {<pool>: <mode>}``).
+    mode: str = RELAY
+    pool_modes: dict[str, str] = field(default_factory=dict)
+
+    def mode_of(self, pool: str) -> str:
+        """The mode of the nodes of worker pool ``pool``."""
+        return self.pool_modes.get(pool, self.mode)
+
+    def pools_in_mode(self, mode: str) -> tuple[str, ...]:
+        return tuple(sorted(p for p, m in self.pool_modes.items() if m == mode))
+
+
+def _parse_mode(raw: Any, where: str) -> str:
+    if raw is None:
+        return RELAY
+    if raw not in MODES:
+        raise ConfigurationError(where, f"must be one of {', '.join(MODES)}, got {raw!r}")
+    return str(raw)
+
+
+def _parse_pool_modes(raw: Any, where: str, pools: list[str]) -> dict[str, str]:
+    """``modes: {<worker pool>: relay|nri|auto}``; a pool outside a given ``workerPools`` is an error (it
+    would select no node, and the two fields of one providerConfig contradict each other)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigurationError(where, f"must be a mapping of worker pool name to mode, got {type(raw).__name__}")
+    modes: dict[str, str] = {}
+    for pool, mode in raw.items():
+        if not isinstance(pool, str) or not pool:
+            raise ConfigurationError(where, f"worker pool names must be non-empty strings, got {pool!r}")
+        _check_label_value(pool, f"{where}.{pool}")
+        if pools and pool not in pools:
+            raise ConfigurationError(f"{where}.{pool}", f"worker pool {pool!r} is not in workerPools "
+                                                        f"({', '.join(pools)}); it would select no node")
+        modes[pool] = _parse_mode(mode, f"{where}.{pool}")
+    return modes
 
 
 def _parse_webhook(raw: Any, where: str) -> bool:
@@ -96,8 +137,11 @@ def parse_provider_config(raw: Any, *, where: str = "providerConfig") -> Provide
         _check_label_value(pool, f"{where}.workerPools[{i}]")
     if len(set(pools)) != len(pools):
         raise ConfigurationError(f"{where}.workerPools", "lists a worker pool more than once")
+    mode = _parse_mode(raw.get("mode"), f"{where}.mode")
+    pool_modes = _parse_pool_modes(raw.get("modes"), f"{where}.modes", pools)
     return ProviderConfig(configs=dict(configs), node_selector=dict(selector), worker_pools=tuple(pools),
-                          webhook_enabled=_parse_webhook(raw.get("webhook"), f"{where}.webhook"))
+                          webhook_enabled=_parse_webhook(raw.get("webhook"), f"{where}.webhook"),
+                          mode=mode, pool_modes=pool_modes)
 
 
 def check_worker_pools(pools: tuple[str, ...], shoot_pools: list[str], *,
@@ -110,6 +154,14 @@ def check_worker_pools(pools: tuple[str, ...], shoot_pools: list[str], *,
     have = ", ".join(shoot_pools) or "none"
     return [f"{where}[{i}]: worker pool {pool!r} does not exist in the shoot (pools: {have}); it selects no node"
             for i, pool in enumerate(pools) if pool not in shoot_pools]
+
+
+def check_pool_modes(pool_modes: dict[str, str], shoot_pools: list[str], *,
+                     where: str = "providerConfig.modes") -> list[str]:
+    """Warnings for the modes given to pools the shoot does not have (any more): not an error, as for workerPools."""
+    have = ", ".join(shoot_pools) or "none"
+    return [f"{where}.{pool}: worker pool {pool!r} does not exist in the shoot (pools: {have}); its mode applies "
+            "to no node" for pool in sorted(pool_modes) if pool not in shoot_pools]
 
 
 def check_pool_configs(configs: dict[str, str], shoot_pools: list[str], *,

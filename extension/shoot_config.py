@@ -14,7 +14,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from extension.configs import SplitConfigs, validate_and_split
-from extension.provider_config import ProviderConfig, check_pool_configs, check_worker_pools, parse_provider_config
+from extension.errors import ConfigurationError
+from extension.gardener import versions
+from extension.provider_config import (
+    ProviderConfig,
+    check_pool_configs,
+    check_pool_modes,
+    check_worker_pools,
+    parse_provider_config,
+)
+
+# The nri and auto installers label their node; a ValidatingAdmissionPolicy (GA in 1.30) keeps them to the one label
+# of their own node (charts/internal/cri-resmgr-installation/templates/installer-node-record.yaml).
+NRI_MIN_KUBERNETES = ">= 1.30"
 
 
 @dataclass(frozen=True)
@@ -39,18 +51,30 @@ def shoot_configs(pc: ProviderConfig, *, where: str = "providerConfig") -> Split
     return validate_and_split(pc.configs, where=f"{where}.configs")
 
 
-def check_shoot_config(raw: Any, *, where: str = "providerConfig",
-                       shoot_pools: list[str] | None = None) -> ShootConfig:
+def check_shoot_config(raw: Any, *, where: str = "providerConfig", shoot_pools: list[str] | None = None,
+                       kubernetes_version: str = "") -> ShootConfig:
     """Parse and validate a shoot's providerConfig (None: not set); ConfigurationError names the field under
     ``where``. With ``shoot_pools`` (the shoot's worker pool names), pools it names that the shoot lacks are
-    warnings."""
+    warnings. With ``kubernetes_version`` (the shoot's), a mode the shoot's Kubernetes cannot run is refused."""
     pc = parse_provider_config(raw, where=where)
+    check_mode_supported(pc, kubernetes_version, where=where)
     split = shoot_configs(pc, where=where)
     pools: list[str] = []
     if shoot_pools is not None:
         pools = [*check_worker_pools(pc.worker_pools, shoot_pools, where=f"{where}.workerPools"),
-                 *check_pool_configs(pc.configs, shoot_pools, where=f"{where}.configs")]
+                 *check_pool_configs(pc.configs, shoot_pools, where=f"{where}.configs"),
+                 *check_pool_modes(pc.pool_modes, shoot_pools, where=f"{where}.modes")]
     return ShootConfig(pc, split, tuple(pools))
+
+
+def check_mode_supported(pc: ProviderConfig, kubernetes_version: str, *, where: str = "providerConfig") -> None:
+    """ConfigurationError when a node would leave the relay on a Kubernetes without ValidatingAdmissionPolicy."""
+    uses = sorted({pc.mode, *pc.pool_modes.values()} - {"relay"})
+    if uses and kubernetes_version and not versions.matches(NRI_MIN_KUBERNETES, kubernetes_version):
+        field = f"{where}.mode" if pc.mode != "relay" else f"{where}.modes"
+        raise ConfigurationError(field, f"mode {uses[0]} needs Kubernetes {NRI_MIN_KUBERNETES.removeprefix('>= ')} or "
+                                        f"later (the shoot runs {kubernetes_version}): the installer's node label is "
+                                        "limited to its own node by a ValidatingAdmissionPolicy")
 
 
 def with_base(shoot: SplitConfigs, base: SplitConfigs) -> SplitConfigs:

@@ -12,11 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import noderecord
-from installer import node_recorder, readiness, release
+from installer import node_label, node_recorder, readiness, release
 from installer.agent_check import agent_check, gated_by_agent
 from installer.host import CommandRunner, Host
-from installer.install import KUBELET_TARGET, InstallSettings, NodeInstaller
+from installer.install import FRONTEND, KUBELET_TARGET, NRI_FRONTEND, InstallSettings, NodeInstaller
+from installer.node_label import NodeLabeler
 from installer.node_lock import NodeLock
+from installer.nri_state import nri_state
 from installer.static_config import read_config_dir
 from installer.supervisor import Decision, Supervisor, SupervisorSettings
 from resmgr.logsetup import setup_logging_from_args
@@ -25,7 +27,7 @@ from resmgr.options import add_logging_arguments
 log = logging.getLogger("installer.cli")
 
 MODE_ENV = "CRI_RESMGR_INSTALLER_MODE"
-MODES = ("install", "uninstall")
+MODES = ("install", "uninstall", "nri", "auto")
 DIGEST_ENV = "CRI_RESMGR_INSTALLER_DIGEST"
 Recorder = Callable[[str, str], object]  # (state, reason): writes the node record
 
@@ -68,6 +70,18 @@ uninstall mode (--mode uninstall or CRI_RESMGR_INSTALLER_MODE=uninstall; never
 on SIGTERM): kubelet back to containerd (verified), stop and disable the unit,
 cri-resmgr --reset-policy and /var/lib/cri-resmgr removed, every installed file
 removed or restored byte for byte; then it reports ready and sleeps.
+
+nri mode (the worker pools of providerConfig mode/modes nri; kubelet is never
+touched): take an earlier relay off the node keeping the containers' cpusets and
+cri-resmgr's cache (kubelet back to containerd, the unit and its files removed),
+make /var/lib/cri-resmgr and /var/run/cri-resmgr/agent, check containerd's NRI
+socket, and label the node cri-resmgr.gardener.cloud/frontend=nri, on which the
+cri-resmgr-nri DaemonSet (cri-resmgr --frontend nri) selects. With NRI off the
+node record says nri-unavailable with how to turn it on; no fallback to the
+relay. Checked again every --check-interval.
+
+auto mode: nri mode where containerd's NRI is on when the pod starts, else
+install mode (the node record says why).
 
 node record: after "install complete" and "uninstall complete" (and on failures, with
 the reason) the installer writes the Lease kube-system/cri-resmgr-node-<node> through its
@@ -162,7 +176,7 @@ def make_host(args: argparse.Namespace) -> Host:
 
 
 def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: threading.Event,
-                record: Recorder = _no_record) -> int:
+                record: Recorder = _no_record, labeler: NodeLabeler | None = None) -> int:
     sup_settings = SupervisorSettings(interval_s=args.check_interval, relay_timeout_s=args.relay_timeout,
                                       recover_after_s=args.recover_after, restart_backoff_s=args.restart_backoff,
                                       max_fallbacks=args.max_fallbacks,
@@ -189,6 +203,8 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
     while not stop.is_set():
         if not converged:
             try:
+                if labeler is not None:  # the NRI plugin must not run beside the relay (installer/node_label.py)
+                    labeler.leave_nri()
                 result = installer.install(read_config_dir(args.config_dir))
                 converged = True
                 install_error = ""
@@ -228,6 +244,73 @@ def run_install(installer: NodeInstaller, args: argparse.Namespace, stop: thread
     return 0
 
 
+def run_nri(installer: NodeInstaller, args: argparse.Namespace, stop: threading.Event, record: Recorder = _no_record,
+            labeler: NodeLabeler | None = None, auto: bool = False) -> int:
+    """Modes nri and auto: the node ready for the NRI plugin's pod, or (auto, NRI off) the relay.
+
+    Checked again every --check-interval: containerd's NRI turned on later makes the node ready for the plugin
+    (mode nri). Mode auto decides once per pod start: a node it gave the relay stays there until its
+    installer restarts (the next rollout), so a node is never switched behind the operator's back.
+    """
+    mode = "auto" if auto else "nri"
+    retry = args.check_interval
+    while not stop.is_set():
+        state = nri_state(installer.host)
+        if auto and not state.enabled:
+            note = noderecord.AUTO_RELAY_PREFIX + state.reason
+            log.info("mode auto: containerd's NRI is off on this node, so cri-resmgr runs as the relay: %s",
+                     state.reason)
+
+            if labeler is not None:
+                try:  # says on the node which front end auto chose (the plugin selects on nri only)
+                    labeler.ensure(node_label.RELAY)
+                except Exception as exc:
+                    log.warning("cannot label the node %s=relay: %s", node_label.FRONTEND_LABEL, exc)
+            return run_install(installer, args, stop, _noting_installed(record, note), labeler)
+        try:
+            if labeler is not None and installer.journal().get(FRONTEND) != NRI_FRONTEND:
+                labeler.leave_nri()  # a stale nri label must not bring the plugin up beside the relay
+            changed = installer.switch_to_nri()
+            if labeler is not None:
+                labeler.ensure(node_label.NRI if state.enabled else None)
+        except Exception as exc:  # retried; kubelet is on containerd unless the relay's uninstall failed midway
+            log.error("NRI mode: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
+            on_relay = installer.journal().get(KUBELET_TARGET) == "relay"
+            readiness.write_ready(args.ready_file, not on_relay, f"switch to NRI mode failed: {exc}", mode)
+            record(noderecord.INSTALL_FAILED, f"switch to NRI mode failed: {exc}")
+            if args.once:
+                return 1
+            stop.wait(retry)
+            retry = min(retry * 2, 60.0)
+            continue
+        retry = args.check_interval
+        if changed:
+            log.info("NRI mode: node prepared", extra={"changed": changed})
+        if state.enabled:
+            readiness.write_ready(args.ready_file, True, "NRI mode: kubelet on containerd, containerd's NRI on; "
+                                  "cri-resmgr runs as its NRI plugin (DaemonSet cri-resmgr-nri)", mode)
+            record(noderecord.INSTALLED, "")  # gated by the agent: it answers once the plugin serves
+        else:
+            # Usable (kubelet on containerd), so ready; no placement, and no silent fallback to the relay.
+            log.warning("NRI mode: %s", state.reason)
+            readiness.write_ready(args.ready_file, True, state.reason, mode)
+            record(noderecord.NRI_UNAVAILABLE, state.reason)
+        if args.once:
+            return 0 if state.enabled else 1
+        stop.wait(args.check_interval)
+    log.info("stopping on a signal; the node is left as it is (only uninstall mode reverses the install)")
+    return 0
+
+
+def _noting_installed(record: Recorder, note: str) -> Recorder:
+    """``record`` where an INSTALLED record without a reason carries ``note`` (why auto chose the relay)."""
+
+    def noted(state: str, reason: str) -> object:
+        return record(state, reason or note) if state == noderecord.INSTALLED else record(state, reason)
+
+    return noted
+
+
 def _supervise(supervisor: Supervisor, report: Callable[[Decision], None]) -> None:
     try:
         decision = supervisor.tick()
@@ -238,11 +321,13 @@ def _supervise(supervisor: Supervisor, report: Callable[[Decision], None]) -> No
 
 
 def run_uninstall(installer: NodeInstaller, args: argparse.Namespace, stop: threading.Event,
-                  record: Recorder = _no_record) -> int:
+                  record: Recorder = _no_record, labeler: NodeLabeler | None = None) -> int:
     retry = args.check_interval
     while not stop.is_set():
         try:
             installer.uninstall()
+            if labeler is not None:
+                _remove_label(labeler)
             break
         except Exception as exc:
             log.error("uninstall failed: %s", exc, exc_info=not isinstance(exc, (ValueError, RuntimeError)))
@@ -266,6 +351,15 @@ def run_uninstall(installer: NodeInstaller, args: argparse.Namespace, stop: thre
     return 0
 
 
+def _remove_label(labeler: NodeLabeler) -> None:
+    """The frontend label goes with the uninstall; a label left behind selects no pod (the plugin's DaemonSet is
+    gone), so failing to remove it only warns."""
+    try:
+        labeler.ensure(None)
+    except Exception as exc:
+        log.warning("cannot remove the node's %s label: %s", node_label.FRONTEND_LABEL, exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "probe" or args.probe:
@@ -282,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cri-resmgr-installer: --max-kubelet-restarts {args.max_kubelet_restarts}: at least 2 "
               "(room for a recovery and a fallback)", file=sys.stderr)
         return 2
-    if mode == "install" and not (args.binary.is_file() or (args.binary / release.EXE_NAME).is_file()):
+    if mode in ("install", "auto") and not (args.binary.is_file() or (args.binary / release.EXE_NAME).is_file()):
         print(f"cri-resmgr-installer: --binary {args.binary} is neither an executable nor a directory with "
               f"{release.EXE_NAME} at its top", file=sys.stderr)
         return 2
@@ -307,12 +401,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     recorder = None if args.no_node_record else node_recorder.in_cluster_recorder(args.node_name, args.digest)
     record: Recorder = recorder.record if recorder is not None else _no_record
-    if recorder is not None and mode == "install":  # checked again with every supervision step
+    if recorder is not None and mode != "uninstall":  # checked again with every supervision step
         record = gated_by_agent(record, agent_check(host.path))
+    labeler = None if args.no_node_record else node_label.in_cluster_labeler(args.node_name)
     try:
         if mode == "uninstall":
-            return run_uninstall(installer, args, stop, record)
-        return run_install(installer, args, stop, record)
+            return run_uninstall(installer, args, stop, record, labeler)
+        if mode in ("nri", "auto"):
+            return run_nri(installer, args, stop, record, labeler, auto=mode == "auto")
+        return run_install(installer, args, stop, record, labeler)
     finally:
         lock.release()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from installer.kubelet_endpoint import (
     running_endpoint,
 )
 from installer.static_config import StaticConfig
+from resmgr.options import AGENT_DIR_CONFIG_SOCKET, AGENT_SOCKET_DIR, AGENT_SOCKET_GROUP
 
 log = logging.getLogger("installer.install")
 
@@ -45,6 +47,10 @@ PENDING_RELOAD = "pending_daemon_reload"
 ADOPTED_FROM = "adopted_from"  # set when the node came from the Go extension (see installer.go_adoption)
 PENDING_RESMGR_RESTART = "pending_resmgr_restart"
 PENDING_KUBELET_RESTART = "pending_kubelet_restart"
+# Which front end this node runs: "relay" (the unit, kubelet repointed) or "nri" (the NRI plugin's pod; the
+# installer only prepared its directories). Absent: the relay (journals of earlier versions).
+FRONTEND = "frontend"
+NRI_FRONTEND, RELAY_FRONTEND = "nri", "relay"
 
 
 class InstallError(RuntimeError):
@@ -142,8 +148,30 @@ class NodeInstaller:
             journal.set(key, True)
         return [p for p, data in files.items() if journal.put_file(p, data, group=group)]
 
+    def nri_plugin_serves(self) -> bool:
+        """Whether something answers on the plugin's config socket while the relay's unit is not running: the NRI
+        plugin's pod still runs on this node (it serves the same sockets the relay would)."""
+        if systemd.is_active(self.host, node_files.UNIT) in ("active", "activating", "reloading"):
+            return False
+        path = self.host.path(AGENT_DIR_CONFIG_SOCKET)
+        if not path.exists():
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(2.0)
+            try:
+                sock.connect(str(path))
+            except OSError:
+                return False
+        return True
+
     def install(self, static: StaticConfig) -> InstallReport:
         journal = self.journal()
+        if journal.get(FRONTEND) == NRI_FRONTEND and self.nri_plugin_serves():
+            # NRI -> relay: both would place containers and write the same cache. The plugin's pod goes with the
+            # pool's mode change; the install is retried until it has.
+            raise InstallError("cri-resmgr's NRI plugin still serves on this node; waiting for its pod to stop "
+                               "before the relay takes over")
+        journal.set(FRONTEND, RELAY_FRONTEND)
         journal.set(PHASE, "installing")
         runtime = self.learn_runtime_endpoint(journal)
         try:
@@ -372,8 +400,10 @@ class NodeInstaller:
             journal.set(PENDING_RELOAD, False)
         return changed
 
-    def point_kubelet_at_runtime(self, reason: str, journal: Journal | None = None) -> list[str]:
-        """Give kubelet its original files back (its original runtime endpoint) and verify."""
+    def point_kubelet_at_runtime(self, reason: str, journal: Journal | None = None,
+                                 restore: bool = True) -> list[str]:
+        """Give kubelet its original files back (its original runtime endpoint) and verify; ``restore`` gives
+        the containers kubelet's cpusets back (not when the NRI plugin takes over the placement)."""
         journal = journal or self.journal()
         runtime = journal.get(RUNTIME_ENDPOINT)
         journal.set(KUBELET_TARGET, "runtime")
@@ -384,12 +414,17 @@ class NodeInstaller:
         if runtime:
             self._restart_kubelet_and_verify(journal, runtime)
             # No container may keep a cpuset the relay chose once kubelet manages them again.
-            restore_cpusets(self.host, runtime)
+            if restore:
+                restore_cpusets(self.host, runtime)
         return restored
 
     # ----- uninstall -------------------------------------------------------------------------
-    def uninstall(self) -> list[str]:
-        """Reverse everything, in the order: kubelet, unit, cri-resmgr state, files."""
+    def uninstall(self, keep_placement: bool = False) -> list[str]:
+        """Reverse everything, in the order: kubelet, unit, cri-resmgr state, files.
+
+        ``keep_placement`` (the switch to NRI mode) leaves the containers' cpusets and cri-resmgr's state
+        directory (its cache) as they are, for the NRI plugin's Synchronize to take over.
+        """
         failpoints.hit_node(self.host, "uninstall-start")
         journal = self.journal()
         if not journal.exists:
@@ -403,7 +438,8 @@ class NodeInstaller:
         changed: list[str] = []
         # 1. kubelet back to the runtime, verified.
         if journal.paths(KUBELET) or journal.get(PENDING_KUBELET_RESTART):
-            changed += self.point_kubelet_at_runtime("uninstall", journal)
+            changed += self.point_kubelet_at_runtime("switch to NRI" if keep_placement else "uninstall", journal,
+                                                     restore=not keep_placement)
         current = self._kubelet_file_endpoint() if systemd.unit_exists(self.host, KUBELET_UNIT) else ""
         if current and self.same_endpoint(current, node_files.RELAY_ENDPOINT):
             raise InstallError("kubelet's configuration still points at the relay after restoring the "
@@ -415,8 +451,12 @@ class NodeInstaller:
             if systemd.show(self.host, node_files.UNIT, "UnitFileState")["UnitFileState"] == "enabled":
                 systemd.disable(self.host, node_files.UNIT)
         failpoints.hit("uninstall-unit-stopped")
-        # 3. cri-resmgr's own state.
-        self._reset_resmgr_state()
+        # 3. cri-resmgr's own state; in NRI mode first the cpusets the plugin gave (kubelet was never repointed,
+        # so nothing above restored them), once the plugin's pod is gone.
+        if not keep_placement:
+            if journal.get(FRONTEND) == NRI_FRONTEND:
+                self._restore_after_nri()
+            self._reset_resmgr_state()
         failpoints.hit("uninstall-state-reset")
         # 4. every file, then the directories we created.
         journal.set(PENDING_RELOAD, True)
@@ -450,3 +490,35 @@ class NodeInstaller:
             if self.host.remove_tree(d):
                 log.info("removed %s", d, extra={"path": d, "change": "remove"})
 
+
+    def _restore_after_nri(self) -> None:
+        if self.nri_plugin_serves():
+            raise InstallError("cri-resmgr's NRI plugin still serves on this node; waiting for its pod to stop "
+                               "before giving the containers kubelet's cpusets back")
+        runtime = self._kubelet_file_endpoint()
+        restore_cpusets(self.host, runtime)
+
+    # ----- NRI mode --------------------------------------------------------------------------
+    def switch_to_nri(self) -> list[str]:
+        """Make the node ready for the NRI plugin's pod: the relay gone (kubelet back on containerd, the unit and
+        its files removed; the containers' cpusets and cri-resmgr's cache kept for the plugin), and the
+        directories the plugin mounts made. Idempotent; returns what changed."""
+        journal = self.journal()
+        changed: list[str] = []
+        if journal.exists and journal.get(FRONTEND) != NRI_FRONTEND:
+            log.info("switching this node from the relay to NRI mode: uninstalling the relay, keeping placements")
+            changed += self.uninstall(keep_placement=True)
+            journal = self.journal()
+        journal.set(FRONTEND, NRI_FRONTEND)
+        journal.set(PHASE, "nri")
+        # The relay's state directory (its unit made it 0700 root's; the cache is the plugin's now).
+        journal.ensure_dir(node_files.RELAY_STATE_DIR, 0o700)
+        # The agent's socket directory, as the relay's unit makes it: setgid, the agent's group, 2770.
+        journal.ensure_dir(AGENT_SOCKET_DIR)
+        real = self.host.path(AGENT_SOCKET_DIR)
+        info = real.stat()
+        if info.st_gid != AGENT_SOCKET_GROUP or (info.st_mode & 0o7777) != 0o2770:
+            os.chown(real, -1, AGENT_SOCKET_GROUP)
+            os.chmod(real, 0o2770)
+            changed.append(AGENT_SOCKET_DIR)
+        return changed

@@ -32,7 +32,11 @@ INSTALL_FAILED = "install-failed"
 UNINSTALL_FAILED = "uninstall-failed"
 DEGRADED = "degraded"  # installed, but the supervisor fell back to containerd or the relay is unhealthy
 AGENT_NOT_READY = "agent-not-ready"  # the relay serves kubelet, but cri-resmgr-agent does not answer healthy yet
-STATES = (INSTALLED, UNINSTALLED, INSTALL_FAILED, UNINSTALL_FAILED, DEGRADED, AGENT_NOT_READY)
+# Mode nri, but the node's containerd has NRI off: the reason says how to turn it on. Not a fallback to the relay.
+NRI_UNAVAILABLE = "nri-unavailable"
+STATES = (INSTALLED, UNINSTALLED, INSTALL_FAILED, UNINSTALL_FAILED, DEGRADED, AGENT_NOT_READY, NRI_UNAVAILABLE)
+# The reason of an INSTALLED record of a node where mode auto chose the relay starts with this.
+AUTO_RELAY_PREFIX = "mode auto chose the relay: "
 MAX_REASON = 512  # annotations are small; the installer's log has the whole story
 
 

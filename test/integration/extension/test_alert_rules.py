@@ -120,6 +120,9 @@ CASES: dict[str, list[dict[str, Any]]] = {
               relay_series(listing("Version")): "0+6x60"}, "45m", []),
         # a relay that does not answer is CriResmgrRelayDown's, not this one's
         case("CriResmgrKubeletBypassesRelay", {up(): "0x60"}, "45m", []),
+        # NRI mode: kubelet never talks to cri-resmgr; containerd's calls (here one Synchronize) say so
+        case("CriResmgrKubeletBypassesRelay", {up(): "1x60", relay_series(listing("nri/Synchronize")): "1x60"},
+             "45m", []),
     ],
     "CriResmgrInstallerNotReady": [
         case("CriResmgrInstallerNotReady",

@@ -206,8 +206,10 @@ def test_agent_rbac_allows_what_the_agent_does_and_no_more(tools, seed_api):
               ("list", "events", "-n", "prod")]
     assert [a for a in allowed if not can(agent, *a)] == []
     assert [d for d in denied if can(agent, *d)] == []
-    # The installer works on the node only: no API rights at all.
-    assert not any(can(installer, *a) for a in allowed + denied)
+    # The installer works on the node only: no API rights of these, but patching nodes where the chart limits it
+    # to the frontend label of its own node (ValidatingAdmissionPolicy, test_installer_node_label_policy.py).
+    label_rights = [("patch", "nodes")] if "name: cri-resmgr-installer-node-label" in text else []
+    assert [a for a in allowed + denied if can(installer, *a)] == label_rights
 
 
 def test_metrics_are_served_by_the_agents_and_reachable_from_vpn_shoot_only(tools):
@@ -297,3 +299,83 @@ def test_the_seed_pod_passes_the_pod_security_level_of_the_registration(tools, s
         results[enforce] = (r.returncode, r.stderr)
     assert level == "restricted", f"the registration asks for {level!r}; the seed pod passes restricted"
     assert results["restricted"][0] == 0, results["restricted"][1]
+
+
+def nri_values(**kw):
+    """The chart's values for a shoot in relay mode with an nri pool and an auto pool, as the extension makes them."""
+    from extension.installation import InstallationValues
+
+    static = {"fallback": "policy:\n  Active: none\n", "EXTRA_OPTIONS": "--log-level=debug"}
+    v = InstallationValues(images=INSTALL_VALUES["images"], frontend="relay", pool_frontends={"a": "nri", "b": "auto"},
+                           static_configs=static,
+                           dynamic_configs={"default": {"policy": "Active: static\n"}}, digest="d1", **kw)
+    return v.chart_values()
+
+
+def test_nri_mode_renders_an_installer_per_mode_and_the_plugin_and_the_api_accepts_it(tools, seed_api):
+    from installer import node_files, node_label
+    from resmgr import options
+
+    text = helm(tools, "template", "cri-resmgr-installation", str(INSTALL_CHART), "--namespace", "kube-system",
+                "--kube-version", "1.33.0", values=nri_values())
+    docs = [d for d in yaml.load_all(text, Loader=StrictLoader) if d]
+    check_no_go_chart_defects(docs)
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+    def affinity(ds):
+        terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        return [(e["operator"], e["values"]) for t in terms for e in t["matchExpressions"]]
+
+    installers = {name: by[("DaemonSet", name)] for name in
+                  ("cri-resmgr-installer", "cri-resmgr-installer-nri", "cri-resmgr-installer-auto")}
+    assert affinity(installers["cri-resmgr-installer"]) == [("NotIn", ["a", "b"])]
+    assert affinity(installers["cri-resmgr-installer-nri"]) == [("In", ["a"])]
+    assert affinity(installers["cri-resmgr-installer-auto"]) == [("In", ["b"])]
+    for name, mode in (("cri-resmgr-installer", "install"), ("cri-resmgr-installer-nri", "nri"),
+                       ("cri-resmgr-installer-auto", "auto")):
+        pod = installers[name]["spec"]["template"]
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["CRI_RESMGR_INSTALLER_MODE"] == mode and env["CRI_RESMGR_INSTALLER_DIGEST"] == "d1"
+        assert pod["metadata"]["labels"]["node.gardener.cloud/critical-component"] == "true"
+
+    plugin = by[("DaemonSet", "cri-resmgr-nri")]
+    pod = plugin["spec"]["template"]
+    spec = pod["spec"]
+    # An ordinary pod: not node-critical, no host network or PID namespace, no API token, no capability.
+    assert "node.gardener.cloud/critical-component" not in pod["metadata"]["labels"]
+    assert not spec.get("hostNetwork") and not spec.get("hostPID") and spec["automountServiceAccountToken"] is False
+    assert spec["nodeSelector"][node_label.FRONTEND_LABEL] == node_label.NRI
+    assert affinity(plugin) == [("In", ["a", "b"])]
+    [container] = spec["containers"]
+    sc = container["securityContext"]
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
+    host_paths = {v["hostPath"]["path"]: v["name"] for v in spec["volumes"] if "hostPath" in v}
+    assert set(host_paths) == {"/var/run/nri", options.AGENT_SOCKET_DIR, node_files.RELAY_STATE_DIR, "/sys/fs/cgroup"}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts[host_paths["/sys/fs/cgroup"]]["readOnly"] is True
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    # The same sockets the relay's unit gives cri-resmgr, so the agent (and through it the metrics Service, the
+    # ScrapeConfig and the alerts) works unchanged.
+    relay_flags = node_files.render_default(node_files.StaticConfig(), node_files.UnitSettings("unix:///c.sock"))
+    for flag in (f"--config-socket={options.AGENT_DIR_CONFIG_SOCKET}",
+                 f"--agent-socket={options.AGENT_DIR_AGENT_SOCKET}",
+                 f"--metrics-socket={options.AGENT_DIR_METRICS_SOCKET}"):
+        assert flag in container["command"] and flag.encode() in relay_flags
+    assert container["command"][:2] == ["/usr/local/bin/cri-resmgr", "--frontend=nri"]
+    assert f"--relay-dir={node_files.RELAY_STATE_DIR}" in container["command"]
+    assert "--fallback-config=/etc/cri-resmgr/fallback.cfg" in container["command"]
+    assert container["command"][-1] == "--log-level=debug"
+    assert {"name": "metrics", "containerPort": 8891, "protocol": "TCP"} in container["ports"]
+    assert by[("Service", "cri-resmgr-metrics")]["spec"]["selector"] == {"app.kubernetes.io/name": "cri-resmgr-agent"}
+    assert ("DaemonSet", "cri-resmgr-agent") in by
+    r = seed_api.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=text)
+    assert r.stdout.count("(server dry run)") == len(docs)
+
+    # Uninstall: one installer on every selected node, no plugin.
+    values = nri_values(mode="uninstall")
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in yaml.load_all(
+        helm(tools, "template", "x", str(INSTALL_CHART), "--kube-version", "1.33.0", values=values),
+        Loader=StrictLoader) if d}
+    assert {n for k, n in kinds if k == "DaemonSet"} == {"cri-resmgr-installer"}

@@ -399,3 +399,33 @@ def test_shoot_pod_network_reads_the_relays_metrics_only_when_the_operator_allow
         assert "EXTRA_OPTIONS" not in data
     finally:
         allowing.stop()
+
+
+def test_per_pool_modes_deploy_an_installer_per_mode_and_the_nri_plugin(seed, operator):
+    """providerConfig mode/modes through the operator: pool-a in NRI mode, the rest on the relay."""
+    ns = new_shoot(seed, operator)
+    seed.create_extension(ns, {"modes": {"pool-a": "nri", "gone": "auto"}})
+    ex = wait_for(lambda: succeeded(seed, ns), "Extension Succeeded", operator=operator)
+    assert "providerConfig.modes.gone: worker pool 'gone' does not exist in the shoot" in \
+        ex["status"]["lastOperation"]["description"]
+    daemonsets = by_kind(seed.rendered_objects(ns), "DaemonSet")
+    assert set(daemonsets) == {"cri-resmgr-installer", "cri-resmgr-installer-nri", "cri-resmgr-installer-auto",
+                               "cri-resmgr-agent", "cri-resmgr-nri"}
+    plugin = daemonsets["cri-resmgr-nri"]["spec"]["template"]["spec"]
+    assert plugin["nodeSelector"]["cri-resmgr.gardener.cloud/frontend"] == "nri"
+    assert plugin["containers"][0]["command"][1] == "--frontend=nri"
+
+
+def test_modes_other_than_relay_need_kubernetes_1_30(seed, operator):
+    ns = seed.new_namespace(operator.prefix)
+    seed.seed_api.create_cluster(ns, shoot=default_shoot(ns, kubernetes_version="1.29.4"))
+    seed.create_extension(ns, {"mode": "nri"})
+
+    def errored():
+        ex = seed.extension(ns)
+        return ex if (ex.get("status") or {}).get("lastError") else None
+
+    ex = wait_for(errored, "lastError", operator=operator)
+    assert "providerConfig.mode: mode nri needs Kubernetes 1.30 or later" in ex["status"]["lastError"]["description"]
+    assert ex["status"]["lastError"]["codes"] == ["ERR_CONFIGURATION_PROBLEM"]
+    assert seed.managed_resource(ns) is None

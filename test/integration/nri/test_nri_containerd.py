@@ -21,6 +21,7 @@ import pytest
 from fixtures.containerd import CONTAINERD2, Containerd, running_containerd
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
 from fixtures.sysfs_builder import THIS_MACHINE, build_sysfs
+from integration.relay.relay_process import RelayProcess
 
 import resmgr
 from devland.procs import Process, unix_socket_answers
@@ -229,3 +230,66 @@ def test_containerd_restart_reconnects_and_resynchronizes(ctrd2: Containerd, wor
         assert ctrd2.cgroup_cpuset(be) == format_cpuset(plugin.rm.policy.reserved)
     finally:
         plugin.stop()
+
+
+# ----- switching a node between the relay and NRI mode (docs/operations/nri-mode-switch.md) -----------------
+# The installer's part (the relay's unit stopped, kubelet back on containerd, the cache kept, no cpuset restored:
+# NodeInstaller.uninstall(keep_placement=True)) is stood in for by stopping the relay process; shown here is the
+# rest: the plugin's Synchronize takes the relay's decisions from the same --relay-dir and places what started
+# meanwhile, and back, the relay starts on the plugin's cache.
+
+
+@pytest.fixture
+def node_dir(ctrd2: Containerd) -> Iterator[Path]:
+    """The node's cri-resmgr directory: relay dir (state/), fake sysfs, config; shared by both front ends."""
+    path = Path(tempfile.mkdtemp(prefix="switch-", dir="/tmp"))
+    build_sysfs(path / "sysfs", THIS_MACHINE)
+    (path / "static.cfg").write_text(STATIC)
+    yield path
+    ctrd2.remove_all()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def relay(ctrd: Containerd, node_dir: Path) -> RelayProcess:
+    return RelayProcess(node_dir, ctrd.socket, args=["--fallback-config", str(node_dir / "static.cfg"),
+                                                     "--sysfs-root", str(node_dir / "sysfs")]).start()
+
+
+def run_through(ctrd: Containerd, workdir: Path, endpoint: str, name: str, qos: str) -> str:
+    pod_cfg = write_json(workdir / f"pod-{name}.json", make_pod_config(name, qos=qos))
+    pod_id = ctrd.crictl("runp", pod_cfg, endpoint=endpoint).stdout.strip()
+    cfg = write_json(workdir / f"ctr-{name}.json", make_container_config(name, **SHAPES[qos]))
+    cid = ctrd.crictl("create", pod_id, cfg, pod_cfg, endpoint=endpoint).stdout.strip()
+    ctrd.crictl("start", cid, endpoint=endpoint)
+    return cid
+
+
+def test_relay_to_nri_and_back_keeps_every_placement(ctrd2: Containerd, node_dir: Path) -> None:
+    before = relay(ctrd2, node_dir)
+    g = run_through(ctrd2, node_dir, before.endpoint, "g", "guaranteed")
+    exclusive = ctrd2.cgroup_cpuset(g)
+    assert exclusive in ("0", "1"), "the relay did not give the Guaranteed container a CPU of its own"
+    before.stop()  # the keep-placement uninstall: nothing restores the cpuset
+    assert ctrd2.cgroup_cpuset(g) == exclusive
+
+    # Between the relay's stop and the plugin's start, kubelet runs containers on containerd: unplaced.
+    be = run(ctrd2, node_dir, "be", "besteffort")
+    assert ctrd2.cgroup_cpuset(be) == "0-1"
+
+    plugin = Plugin(ctrd2, node_dir, STATIC).start()
+    try:
+        assert plugin.rm is not None
+        # The relay's decision, from the cache the relay left in the same --relay-dir.
+        assert format_cpuset(plugin.rm.policy.grants[g].exclusive) == exclusive == ctrd2.cgroup_cpuset(g)
+        reserved = format_cpuset(plugin.rm.policy.reserved)
+        assert eventually(lambda: ctrd2.cgroup_cpuset(be) == reserved)  # adopted and placed at Synchronize
+    finally:
+        plugin.stop()
+
+    # NRI -> relay: the relay starts on the plugin's cache and keeps what the plugin decided.
+    after = relay(ctrd2, node_dir)
+    try:
+        assert ctrd2.cgroup_cpuset(g) == exclusive
+        assert ctrd2.cgroup_cpuset(be) == reserved
+    finally:
+        after.stop()

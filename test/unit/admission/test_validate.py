@@ -15,10 +15,10 @@ GOOD_DEFAULT = "policy:\n  Active: topology-aware\n  ReservedResources:\n    CPU
 BAD_DEFAULT = "policy:\n  Active: no-such-policy\n"
 
 
-def shoot(*extensions: dict, pools: tuple[str, ...] = ("pool-a",)) -> dict:
+def shoot(*extensions: dict, pools: tuple[str, ...] = ("pool-a",), version: str = "1.33.4") -> dict:
     return {"apiVersion": "core.gardener.cloud/v1beta1", "kind": "Shoot",
             "metadata": {"name": "s1", "namespace": "garden-dev", "labels": {SHOOT_LABEL: "true"}},
-            "spec": {"extensions": list(extensions),
+            "spec": {"extensions": list(extensions), "kubernetes": {"version": version},
                      "provider": {"type": "local", "workers": [{"name": p} for p in pools]}}}
 
 
@@ -147,7 +147,16 @@ def test_check_shoot_passes_the_shoot_pools_and_path():
         seen.update(kwargs, raw=raw)
         return check_shoot_config(raw, **kwargs)
     assert check_shoot(shoot(ours(pc()), pools=("p1", "p2")), check=spy) == []
-    assert seen == {"raw": pc(), "where": "spec.extensions[0].providerConfig", "shoot_pools": ["p1", "p2"]}
+    assert seen == {"raw": pc(), "where": "spec.extensions[0].providerConfig", "shoot_pools": ["p1", "p2"],
+                    "kubernetes_version": "1.33.4"}
+
+
+def test_a_mode_the_shoots_kubernetes_cannot_run_is_refused_naming_the_field():
+    nri = {**pc(), "mode": "nri"}
+    response = review(request(shoot(ours(nri), version="1.29.9")))["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"].startswith("spec.extensions[0].providerConfig.mode: mode nri needs Kubernetes")
+    assert review(request(shoot(ours(nri), version="1.30.0")))["response"]["allowed"] is True
 
 
 @pytest.mark.parametrize("body, needle", [

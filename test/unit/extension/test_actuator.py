@@ -263,7 +263,7 @@ def test_the_reconcile_runs_the_admissions_check_of_the_shoots_part(apis: FakeAp
     raw = provider_config(default=FALLBACK)
     # The bad base default is replaced by the shoot's: not an error, as before.
     actuator.reconcile(extension(raw), cluster(hibernated=True))
-    assert calls == [(raw, {"shoot_pools": ["pool-a"]})]
+    assert calls == [(raw, {"shoot_pools": ["pool-a"], "kubernetes_version": cluster().kubernetes_version})]
     with pytest.raises(ConfigurationError) as err:
         actuator.reconcile(extension(provider_config(fallback=FALLBACK)), cluster(hibernated=True))
     assert err.value.field.startswith(f"configmap garden/{c.CONFIGS_CONFIGMAP_NAME}.default")

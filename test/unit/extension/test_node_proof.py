@@ -76,3 +76,41 @@ def test_the_shoot_kubeconfig_uses_the_token_instead_of_the_token_file() -> None
     assert doc["users"] == [{"name": "shoot", "user": {"token": "tok"}}]
     # Rewritten to the address reachable from our namespace (test_shoot_access.py).
     assert doc["clusters"][0]["cluster"]["server"] == "https://kube-apiserver.shoot--p--s.svc"
+
+
+def test_nri_off_in_mode_nri_is_reported_not_waited_for_and_auto_relays_are_noted() -> None:
+    how = "containerd's NRI is off on this node (no /var/run/nri/nri.sock): turn it on with ..."
+    nodes = [node("n1"), node("n2"), node("n3")]
+    leases = [lease("n1", noderecord.NRI_UNAVAILABLE, reason=how), lease("n2", noderecord.INSTALLED),
+              lease("n3", noderecord.INSTALLED, reason=noderecord.AUTO_RELAY_PREFIX + how)]
+    proof = assess(nodes, leases, noderecord.INSTALLED, "d", Selection())
+    assert proof.nri_off == [f"n1: {how}"] and not proof.pending and not proof.failed and not proof.done
+    assert proof.auto_relay == [f"n3: {how}"]
+    # An uninstall does not count nri-unavailable as done.
+    assert assess(nodes[:1], leases, noderecord.UNINSTALLED, "d", Selection()).pending == ["n1: nri-unavailable "
+                                                                                           f"({how})"]
+
+
+class _Reader(node_proof.ShootReader):
+    def __init__(self, nodes: list[dict], leases: list[dict]) -> None:
+        self._data = (nodes, leases)
+
+    def nodes_and_records(self, namespace: str) -> tuple[list[dict], list[dict]]:
+        return self._data
+
+
+def test_the_health_check_says_where_nri_is_off_and_how_to_turn_it_on() -> None:
+    how = "containerd's NRI is off on this node: turn it on with disable = false"
+    mr = {"metadata": {"annotations": {node_proof.EXPECTED_STATE_ANNOTATION: noderecord.INSTALLED,
+                                       node_proof.EXPECTED_DIGEST_ANNOTATION: "d"}}}
+    status, reason, message = node_proof.health(
+        _Reader([node("n1"), node("n2")], [lease("n1", noderecord.NRI_UNAVAILABLE, reason=how),
+                                           lease("n2", noderecord.INSTALLED)]), "ns", mr)
+    assert (status, reason) == ("False", c.REASON_UNSUCCESSFUL)
+    assert message == f"mode nri, but containerd's NRI is off on 1 of 2 node(s), which run without cri-resmgr: " \
+                      f"n1: {how}; retrying"
+    status, _, message = node_proof.health(
+        _Reader([node("n1")], [lease("n1", noderecord.INSTALLED, reason=noderecord.AUTO_RELAY_PREFIX + how)]),
+        "ns", mr)
+    assert status == "True"
+    assert message.endswith(f"mode auto runs the relay on 1 node(s) because containerd's NRI is off there: n1: {how}")

@@ -64,3 +64,37 @@ def test_webhook_option():
         with pytest.raises(ConfigurationError) as err:
             parse_provider_config(bad)
         assert err.value.field == where, err.value
+
+
+def test_mode_defaults_to_relay_so_existing_shoots_are_unchanged():
+    pc = parse_provider_config(None)
+    assert (pc.mode, pc.pool_modes) == ("relay", {})
+    assert parse_provider_config({"configs": {}}).mode == "relay"
+    pc = parse_provider_config({"mode": "auto", "modes": {"cpu": "nri", "db": "relay"}})
+    assert pc.mode == "auto" and pc.mode_of("cpu") == "nri" and pc.mode_of("db") == "relay"
+    assert pc.mode_of("other") == "auto" and pc.pools_in_mode("nri") == ("cpu",)
+
+
+@pytest.mark.parametrize("raw, where, words", [
+    ({"mode": "NRI"}, "providerConfig.mode", "must be one of relay, nri, auto, got 'NRI'"),
+    ({"mode": True}, "providerConfig.mode", "must be one of"),
+    ({"modes": ["nri"]}, "providerConfig.modes", "mapping of worker pool name to mode"),
+    ({"modes": {"a": "fast"}}, "providerConfig.modes.a", "must be one of relay, nri, auto, got 'fast'"),
+    ({"modes": {"A_": "nri"}}, "providerConfig.modes.A_", "not a valid label value"),
+    ({"modes": {"": "nri"}}, "providerConfig.modes", "non-empty strings"),
+    ({"workerPools": ["a"], "modes": {"b": "nri"}}, "providerConfig.modes.b", "is not in workerPools (a)"),
+    ({"mode": "nri", "moded": {}}, "providerConfig.moded", "unknown field"),
+])
+def test_modes_are_parsed_strictly_and_errors_name_the_field(raw, where, words):
+    with pytest.raises(ConfigurationError) as err:
+        parse_provider_config(raw)
+    assert err.value.field == where, err.value
+    assert words in str(err.value)
+
+
+def test_a_mode_for_a_pool_the_shoot_lacks_is_a_warning_not_an_error():
+    from extension.provider_config import check_pool_modes
+
+    assert check_pool_modes({"a": "nri"}, ["a", "b"]) == []
+    [warning] = check_pool_modes({"a": "nri", "gone": "auto"}, ["a", "b"])
+    assert warning.startswith("providerConfig.modes.gone: worker pool 'gone' does not exist in the shoot")

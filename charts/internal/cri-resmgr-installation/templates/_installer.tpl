@@ -78,7 +78,7 @@ spec:
           periodSeconds: 5
           timeoutSeconds: 5
           failureThreshold: 2
-        {{- if not .cleanup }}
+        {{- if and (not .cleanup) (ne .mode "nri") }}
         ports:
         - name: metrics
           containerPort: {{ .root.Values.metrics.port }}
