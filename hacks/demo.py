@@ -18,6 +18,11 @@ every component but gardenlet is the real one (see hacks/landscape.py and the RE
   8. every node's files are back byte for byte, kubelet is back on containerd, and the workload
      pods are still Running.
 
+With --mode nri, cri-resmgr runs as containerd 2's NRI plugin instead (providerConfig ``mode: nri``): step 2 rolls
+out the NRI installer and the plugin's DaemonSet, step 3 checks that kubelet stays on containerd (nothing is
+repointed) while the agent delivers the config to the plugin, and steps 4, 5 and 8 are the same checks: the cpusets
+come from the plugin's adjustments and updates through containerd.
+
 It prints a summary table and stops everything it started (unless --keep).
 """
 
@@ -58,15 +63,27 @@ UNPINNED_CONFIG = (REPO / "examples/configs/default-topology-aware.yaml").read_t
 EXTRA_OPTIONS = "--metrics-address=off"
 
 
-def provider_config(default: str) -> dict:
-    return {"apiVersion": "cri-resmgr.extensions.gardener.cloud/v1alpha1", "kind": "CriResMgrConfig",
-            "configs": {"default": default, "EXTRA_OPTIONS": EXTRA_OPTIONS}}
+RELAY, NRI = "relay", "nri"
+# The DaemonSets each mode rolls out (charts/internal/cri-resmgr-installation; extension/installation.py names the
+# installer of each mode).
+DAEMONSETS = {RELAY: ("cri-resmgr-installer", "cri-resmgr-agent"),
+              NRI: ("cri-resmgr-installer-nri", "cri-resmgr-nri", "cri-resmgr-agent")}
+FRONTEND_LABEL = "cri-resmgr.gardener.cloud/frontend"  # installer/node_label.py
+
+
+def provider_config(default: str, mode: str = RELAY) -> dict:
+    pc = {"apiVersion": "cri-resmgr.extensions.gardener.cloud/v1alpha1", "kind": "CriResMgrConfig",
+          "configs": {"default": default, "EXTRA_OPTIONS": EXTRA_OPTIONS}}
+    if mode != RELAY:
+        pc["mode"] = mode
+    return pc
 
 
 class Demo:
-    def __init__(self, workdir: Path, keep: bool, images_dir: Path) -> None:
+    def __init__(self, workdir: Path, keep: bool, images_dir: Path, mode: str = RELAY) -> None:
         self.workdir = workdir
         self.keep = keep
+        self.mode = mode
         self.tools = find_tools()
         self.land = Landscape(self.tools, workdir / "landscape", Images.from_dir(self.tools, images_dir))
         self.results: list[tuple[str, str, float]] = []
@@ -109,7 +126,7 @@ class Demo:
     def enable(self) -> str:
         self.t_enable = time.monotonic()
         self.gardenlet.write_cluster()
-        self.gardenlet.reconcile(provider_config(DEFAULT_CONFIG))
+        self.gardenlet.reconcile(provider_config(DEFAULT_CONFIG, self.mode))
         self.gardenlet.wait_ready(300)
         mr = self.land.seed.get_json("managedresource", "-n", self.land.namespace, "extension-runtime-cri-resmgr")
         conds = {c["type"]: c["status"] for c in mr["status"].get("conditions", [])}
@@ -117,22 +134,47 @@ class Demo:
 
     def rollout(self) -> str:
         shoot = self.land.shoot
-        for ds in ("cri-resmgr-installer", "cri-resmgr-agent"):
+        for ds in DAEMONSETS[self.mode]:
             shoot_ops.wait_until(f"{ds} rolled out", lambda ds=ds: daemonset_rolled_out(shoot, ds), 300, 1)
         pods = shoot.get_json("pods", "-n", "kube-system")["items"]
         return "Running: " + ", ".join(sorted(f"{p['metadata']['name']}@{p['spec']['nodeName']}" for p in pods
                                                if p["status"].get("phase") == "Running"))
 
     def repointed(self) -> str:
+        if self.mode == NRI:
+            return self.plugged_in()
         for r in self.runners:
             shoot_ops.wait_until(f"{r.node} on the relay", shoot_ops.installed_check(r), 300, 1)
         self.enable_to_relay = time.monotonic() - self.t_enable
+        self.wait_config_applied()
+        eps = {r.node: shoot_ops.node_kubelet_endpoint(r) for r in self.runners}
+        return f"kubelet endpoints {eps}; enable -> every node on the relay in {self.enable_to_relay:.1f}s"
+
+    def plugged_in(self) -> str:
+        """NRI mode: the node is labelled for the plugin, the agent pushed the config to it, and kubelet was never
+        repointed (no relay unit, kubelet still on containerd's socket)."""
+        for r in self.runners:
+            def labelled(n=r.node) -> tuple[bool, str]:
+                labels = self.land.shoot.get_json("node", n)["metadata"].get("labels") or {}
+                return labels.get(FRONTEND_LABEL) == NRI, f"{n}: {FRONTEND_LABEL}={labels.get(FRONTEND_LABEL)}"
+            shoot_ops.wait_until(f"{r.node} labelled for the NRI plugin", labelled, 300, 1)
+        self.wait_config_applied()
+        self.enable_to_relay = time.monotonic() - self.t_enable
+        for r in self.runners:
+            state = shoot_ops.node_state(r)
+            if state["unit_installed"] or state["kubelet_endpoint"] != shoot_ops.normalize_endpoint(
+                    shoot_ops.CONTAINERD_ENDPOINT):
+                raise RuntimeError(f"{r.node}: NRI mode touched kubelet: {state['kubelet_endpoint']}, "
+                                   f"relay unit installed: {state['unit_installed']}")
+        eps = {r.node: shoot_ops.node_kubelet_endpoint(r) for r in self.runners}
+        return (f"kubelet endpoints {eps} (containerd's own: nothing repointed); enable -> the NRI plugin configured "
+                f"on every node in {self.enable_to_relay:.1f}s")
+
+    def wait_config_applied(self) -> None:
         for r in self.runners:
             shoot_ops.wait_until(f"{r.node}: agent applied the default config",
                                  lambda n=r.node: shoot_ops.agent_config_applied(self.land.shoot.get_json("node", n)),
                                  120, 1)
-        eps = {r.node: shoot_ops.node_kubelet_endpoint(r) for r in self.runners}
-        return f"kubelet endpoints {eps}; enable -> every node on the relay in {self.enable_to_relay:.1f}s"
 
     def pinned(self) -> str:
         node = self.nodes[0]
@@ -144,7 +186,7 @@ class Demo:
         told, cpus = container_cpuset(node, pod)
         self.all_cpus = node.node.run(["cat", f"/sys/fs/cgroup/cpuset{node.cgroup_root}/cpuset.cpus"]).stdout.strip()
         if not told or told != cpus or cpus == self.all_cpus:
-            raise RuntimeError(f"not pinned: relay set {told!r}, cgroup has {cpus!r}, node has {self.all_cpus!r}")
+            raise RuntimeError(f"not pinned: {self.mode} set {told!r}, cgroup has {cpus!r}, node has {self.all_cpus!r}")
         # Exclusive: no other running container on the node (system pods, the agent, ...) has any of its CPUs.
         cpus, others = exclusive_cpus(node, pod)
         # What an operator reads with kubectl: the agent's placement Event on the pod.
@@ -172,7 +214,7 @@ class Demo:
         pod = wait_pod_running(self.land.shoot, "demo-unpinned")
         told, cpus = container_cpuset(node, pod)
         if cpus != self.all_cpus:
-            raise RuntimeError(f"PinCPU: false, yet the new pod's cgroup has {cpus!r} (relay set {told!r})")
+            raise RuntimeError(f"PinCPU: false, yet the new pod's cgroup has {cpus!r} ({self.mode} set {told!r})")
         event = wait_placement_event(self.land.shoot, "demo-unpinned")
         if event["reason"] != "NotPinned" or "not pinned: " not in event["message"]:
             raise RuntimeError(f"unpinned, yet the pod's placement Event says {event['reason']}: {event['message']}")
@@ -210,7 +252,8 @@ class Demo:
             with self.land.inside():
                 self.step("1. enable (gardenlet stand-in: Cluster + Extension)", self.enable)
                 self.step("2. DaemonSets roll out through kubelet", self.rollout)
-                self.step("3. installer pods repoint each node's kubelet", self.repointed)
+                self.step("3. installer pods repoint each node's kubelet" if self.mode == RELAY else
+                          "3. NRI plugin on every node, kubelet untouched", self.repointed)
                 self.step("4. Guaranteed pod on an exclusive CPU (host cgroups)", self.pinned)
                 self.step("5. changed default config switches the policy", self.config_change)
                 self.step("6+7. disable: uninstall roll", self.disable)
@@ -251,12 +294,16 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the landscape running for kubectl")
     parser.add_argument("--images-dir", type=Path, default=REPO / "_out" / "images",
                         help="make build-images output (default %(default)s)")
+    parser.add_argument("--mode", choices=(RELAY, NRI), default=RELAY,
+                        help="where cri-resmgr sits on the nodes: the CRI relay (default) or containerd's NRI plugin "
+                             "(providerConfig mode; docs/usage/configuration.md)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("demo: must run as root (network namespace, systemd-nspawn, cgroups)", file=sys.stderr)
         return 2
     try:
-        demo = Demo(Path(tempfile.mkdtemp(prefix="cri-resmgr-demo-", dir="/tmp")), args.keep, args.images_dir)
+        demo = Demo(Path(tempfile.mkdtemp(prefix="cri-resmgr-demo-", dir="/tmp")), args.keep, args.images_dir,
+                    args.mode)
     except RuntimeError as exc:
         print(f"demo: {exc}; {SETUP_HINT}", file=sys.stderr)
         return 2

@@ -366,8 +366,12 @@ def test_nri_mode_renders_an_installer_per_mode_and_the_plugin_and_the_api_accep
     assert container["command"][:2] == ["/usr/local/bin/cri-resmgr", "--frontend=nri"]
     assert f"--relay-dir={node_files.RELAY_STATE_DIR}" in container["command"]
     assert "--fallback-config=/etc/cri-resmgr/fallback.cfg" in container["command"]
-    assert container["command"][-1] == "--log-level=debug"
+    assert container["command"][-2] == "--log-level=debug"  # the extra arguments, from EXTRA_OPTIONS
+    # The readiness probe's port, served whatever EXTRA_OPTIONS say (the landscape's say --metrics-address=off,
+    # and the probe never passed: found by the NRI demo): last, so that it wins.
+    assert container["command"][-1] == "--metrics-address=:8891"
     assert {"name": "metrics", "containerPort": 8891, "protocol": "TCP"} in container["ports"]
+    assert container["readinessProbe"]["tcpSocket"] == {"port": "metrics"}
     assert by[("Service", "cri-resmgr-metrics")]["spec"]["selector"] == {"app.kubernetes.io/name": "cri-resmgr-agent"}
     assert ("DaemonSet", "cri-resmgr-agent") in by
     r = seed_api.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=text)
