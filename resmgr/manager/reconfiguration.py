@@ -9,6 +9,7 @@ from typing import Any
 
 from resmgr.config import ConfigError
 from resmgr.config.files import CACHE, DEFAULTS, FALLBACK, FORCE, choose_config
+from resmgr.config.sections import ConfigSections
 from resmgr.manager.cache import CacheData
 from resmgr.manager.placement_diff import diff_placements
 from resmgr.manager.state import (
@@ -95,7 +96,7 @@ class Reconfiguration(ManagerState):
         try:
             policy = create_policy(config, self.topology, sysfs_root=self.sysfs_root, state=state)
             # A Required controller that cannot apply it refuses the config.
-            self.controllers.configure(config)
+            self.controllers.configure(ConfigSections.of(config))
         except ConfigError as exc:
             raise exc.with_source(source) from None
         old = self.policy.placements()

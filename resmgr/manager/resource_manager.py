@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from resmgr.config import ConfigError, validate_config
+from resmgr.config.sections import ConfigSections
 from resmgr.control.controllers import Controllers
 from resmgr.manager.cache import Cache, CacheEncoder
 from resmgr.manager.controllers_timers import ControllersTimers
@@ -131,7 +132,7 @@ class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers, 
                 log.info("switching policy from %s to %s at startup", data.policy, self.policy.name)
             self._reallocate_all()
         self.save()
-        self.controllers.configure(self.config, strict=False)
+        self.controllers.configure(ConfigSections.of(self.config), strict=False)
         self._sync_cpu_classes()
         self.outbox.when_bound(self._arm_timers)
         log.info("resource manager ready: policy %s (config from %s) on %s", self.policy.name, source,
