@@ -31,14 +31,13 @@ log = logging.getLogger("resmgr.resource-manager")
 # CRI ContainerState values (runtime.v1.ContainerState).
 CONTAINER_RUNNING = 1
 CONTAINER_EXITED = 2
-CONTAINER_CREATED = 0
 # policy_data key (beside the policy's own) listing the known containers that hold nothing (stopped, exited, or not
 # placeable): a restore must not allocate them; they come back as stopped.
 STOPPED_KEY = "stopped_containers"
 
 
 def listed_lifecycle(state: int) -> Lifecycle:
-    """The lifecycle of a container the runtime lists in CRI state ``state``."""
+    """The lifecycle of a container the runtime lists in CRI state ``state`` (CREATED and UNKNOWN: created)."""
     if state == CONTAINER_EXITED:
         return Lifecycle.EXITED
     return Lifecycle.RUNNING if state == CONTAINER_RUNNING else Lifecycle.CREATED
