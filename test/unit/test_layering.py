@@ -139,7 +139,7 @@ def test_the_check_sees_a_loop_and_an_upward_import(tmp_path: Path) -> None:
     ]
 
 
-# A policy's placements are its own (resmgr.model.state.PolicyState, read and written by the policy): nothing
+# A policy's placements are its own (in resmgr.model.state.NodeState, written by the policy through it): nothing
 # outside resmgr/policy assigns, deletes or mutates ``<policy>.containers``/``<policy>.grants``, and the manager
 # calls the policy's declared methods instead of probing it with getattr.
 _MUTATORS = {"clear", "pop", "popitem", "update", "setdefault", "__setitem__", "__delitem__"}
