@@ -25,6 +25,7 @@ from google.protobuf import json_format
 from devland.waiting import eventually
 from resmgr.config import validate_config_text
 from resmgr.manager.resource_manager import ResourceManager
+from resmgr.model.state import Lifecycle
 from resmgr.relay.server import Relay
 from resmgr.topology import discover_topology
 
@@ -110,6 +111,8 @@ def test_the_app_container_gets_the_cpu_its_exited_init_container_had(node, cont
     assert containerd.cgroup_cpuset(app) == "1"
     assert rm.policy.exclusive_sets() == {app: {1}}
     assert init in rm.containers and init not in rm.policy.containers
+    # The registry says so explicitly: the init container exited, the app container runs.
+    assert (rm.state.lifecycle(init), rm.state.lifecycle(app)) == (Lifecycle.EXITED, Lifecycle.RUNNING)
     assert containerd.cgroup_cpuset(be) == "0"
 
 
@@ -136,4 +139,5 @@ def test_a_crash_looping_guaranteed_container_keeps_exactly_one_exclusive_set(no
     kubelet.relist()
     assert eventually(lambda: not rm.policy.exclusive_sets())
     assert not set(instances) & set(rm.policy.containers)
+    assert eventually(lambda: {rm.state.lifecycle(c) for c in instances} == {Lifecycle.EXITED})
     assert eventually(lambda: containerd.cgroup_cpuset(be) == "0-1")
