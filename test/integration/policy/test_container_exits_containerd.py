@@ -111,8 +111,9 @@ def test_the_app_container_gets_the_cpu_its_exited_init_container_had(node, cont
     assert containerd.cgroup_cpuset(app) == "1"
     assert rm.policy.exclusive_sets() == {app: {1}}
     assert init in rm.containers and init not in rm.policy.containers
-    # The registry says so explicitly: the init container exited, the app container runs.
-    assert (rm.state.lifecycle(init), rm.state.lifecycle(app)) == (Lifecycle.EXITED, Lifecycle.RUNNING)
+    # The registry says so explicitly. (The app's own lifecycle is left out: with the splice transport its
+    # StartContainer may overtake its create's answer, so it may still read created until the next resync.)
+    assert rm.state.lifecycle(init) is Lifecycle.EXITED
     assert containerd.cgroup_cpuset(be) == "0"
 
 
