@@ -164,7 +164,7 @@ class ManagerState:
         extra = self.policy.export_cached(confirmed)
         # Stopped containers stay known (a resync sees them exited) but hold nothing: a restore must not
         # allocate them again, or it moves the others (a balloon would grow for a stopped member).
-        stopped = self.state.holding_nothing()
+        containers, stopped = self.state.snapshot()
         if stopped:
             extra[STOPPED_KEY] = stopped
         # Only configs pushed at runtime are cached; files given on the command line are
@@ -173,7 +173,7 @@ class ManagerState:
         # A snapshot the cache's writer may encode later (in background mode): shallow copies of the maps,
         # whose entries never change once made (CacheEncoder), and the policy's own state, which
         # export_extra builds afresh for every save (its contract).
-        snapshot = {"pods": dict(self.pods), "containers": dict(self.containers.items()), "policy": self.policy.name,
+        snapshot = {"pods": dict(self.pods), "containers": containers, "policy": self.policy.name,
                     "grants": dict(self.policy.grants), "policy_extra": extra, "config": config,
                     "config_source": source}
         self.cache.save_encoded(lambda: self._encoder.encode(**snapshot))

@@ -144,6 +144,19 @@ class NodeState:
         placed = self._placed
         return [cid for cid, r in self._records.items() if cid not in placed and r.lifecycle is not Lifecycle.PENDING]
 
+    def snapshot(self) -> tuple[dict[str, ContainerInfo], list[str]]:
+        """(every confirmed container by id, those holding nothing) in one pass: what the cache saves after every
+        decision."""
+        placed, pending = self._placed, Lifecycle.PENDING
+        known: dict[str, ContainerInfo] = {}
+        nothing: list[str] = []
+        for cid, r in self._records.items():
+            if r.lifecycle is not pending:
+                known[cid] = r.info
+                if cid not in placed:
+                    nothing.append(cid)
+        return known, nothing
+
     def fork(self) -> NodeState:
         """The same containers in the same lifecycles with nothing placed: what a new policy is handed to place
         into, adopted by the manager only if the new policy took it (a config that fails leaves this state)."""
