@@ -3,7 +3,8 @@
 ``resmgr.config.schema`` checks a config and returns the normalised mapping; ``ConfigSections.of``
 reads that mapping into these dataclasses (no checks: everything here was checked already), and
 ``CheckedConfig.sections`` carries them. The relay's settings take ``dump``, ``logger`` and
-``instrumentation``; each policy takes its section of ``policy``. The normalised mapping itself
+``instrumentation``; each policy takes its section of ``policy``; the controllers (resmgr.control) take
+``resource_manager``, ``cpu``, ``rdt`` and ``blockio``. The normalised mapping itself
 stays in ``raw``: the cache, the agent's status and the manager persist and compare that.
 
 The relay's sections and the options every policy shares are typed field by field. A policy's
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from resmgr.config.constraints import parse_memory_quantity
 from resmgr.config.dump_rules import DumpConfig, parse_dump_rules
 
 DEFAULT_HTTP_ENDPOINT = ":8891"  # upstream's default metrics address (instrumentation.HTTPEndpoint)
@@ -175,20 +177,139 @@ class PolicySection:
                    static_pools=StaticPoolsSection.of(_get(s, "static-pools")))
 
 
+# resource-manager.control.Controllers' mode names (the schema checked them) -> upstream's canonical names.
+CONTROLLER_MODES = {"disabled": "Disabled", "disable": "Disabled", "required": "Required", "mandatory": "Required",
+                    "optional": "Optional", "relaxed": "Relaxed"}
+
+
+@dataclass(frozen=True)
+class ResourceManagerSection:
+    """``resource-manager.control``: each named controller's mode, canonical (``Required``, ...), by the name as
+    given (resmgr.control matches the names case-insensitively and warns about ones it does not run)."""
+
+    controllers: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> ResourceManagerSection:
+        given = _get(_get(s, "control"), "Controllers")
+        return cls(controllers={name: CONTROLLER_MODES[mode.lower()] for name, mode in given.items()})
+
+
+@dataclass(frozen=True)
+class CpuClassSection:
+    """One ``cpu.classes`` entry: frequency limits in kHz (0: the hardware's)."""
+
+    name: str
+    min_freq: int = 0
+    max_freq: int = 0
+    uncore_min_freq: int = 0
+    uncore_max_freq: int = 0
+
+    @property
+    def has_uncore(self) -> bool:
+        return bool(self.uncore_min_freq or self.uncore_max_freq)
+
+
+@dataclass(frozen=True)
+class CpuSection:
+    """``cpu``: the CPU classes by name."""
+
+    classes: Mapping[str, CpuClassSection] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> CpuSection:
+        return cls(classes={name: CpuClassSection(name, c.get("minFreq", 0), c.get("maxFreq", 0),
+                                                  c.get("uncoreMinFreq", 0), c.get("uncoreMaxFreq", 0))
+                            for name, c in _get(s, "classes").items()})
+
+
+@dataclass(frozen=True)
+class RdtAllocations:
+    """An RDT partition's or class's allocations by resource (None: not given); the values stay as written
+    (goresctrl's several forms), resolved against the hardware by resmgr.control.rdt."""
+
+    l2: Any = None
+    l3: Any = None
+    mb: Any = None
+
+    def of_resource(self, resource: str) -> Any:
+        """The allocation of ``resource`` ("l2", "l3" or "mb"); None: not given."""
+        return {"l2": self.l2, "l3": self.l3, "mb": self.mb}[resource]
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> RdtAllocations:
+        return cls(l2=s.get("l2Allocation"), l3=s.get("l3Allocation"), mb=s.get("mbAllocation"))
+
+
+@dataclass(frozen=True)
+class RdtPartitionSection:
+    """One ``rdt.partitions`` entry: its allocations and its classes' allocations."""
+
+    allocations: RdtAllocations = field(default_factory=RdtAllocations)
+    classes: Mapping[str, RdtAllocations] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> RdtPartitionSection:
+        return cls(allocations=RdtAllocations.of(s),
+                   classes={name: RdtAllocations.of(c) for name, c in _get(s, "classes").items()})
+
+
+@dataclass(frozen=True)
+class RdtSection:
+    """``rdt``: the mode (default Full), which cache levels may be missing, and the partitions."""
+
+    mode: str = "Full"
+    optional: frozenset[str] = frozenset()  # of "l2", "l3", "mb": configured but skipped on hardware without it
+    partitions: Mapping[str, RdtPartitionSection] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> RdtSection:
+        options = _get(s, "options")
+        return cls(mode=options.get("mode", "Full"),
+                   optional=frozenset(k for k in ("l2", "l3", "mb") if _get(options, k).get("optional", False)),
+                   partitions={name: RdtPartitionSection.of(p) for name, p in _get(s, "partitions").items()})
+
+
+@dataclass(frozen=True)
+class BlockIOSetSection:
+    """One parameter set of a ``blockio.Classes`` entry: device globs, the weight, and throttles in bytes or IOPS
+    (by ``Throttle...`` field name)."""
+
+    devices: tuple[str, ...] = ()
+    weight: int | None = None
+    throttles: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BlockIOSection:
+    """``blockio``: class name -> its parameter sets."""
+
+    classes: Mapping[str, tuple[BlockIOSetSection, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> BlockIOSection:
+        def one(p: Mapping[str, Any]) -> BlockIOSetSection:
+            return BlockIOSetSection(
+                devices=tuple(p.get("Devices") or ()),
+                weight=parse_memory_quantity(p["Weight"]) if "Weight" in p else None,
+                throttles={k: parse_memory_quantity(v) for k, v in p.items() if k.startswith("Throttle")})
+
+        return cls(classes={name: tuple(one(p) for p in sets) for name, sets in _get(s, "Classes").items()})
+
+
 @dataclass(frozen=True)
 class ConfigSections:
     """A checked config, typed. ``raw`` is the normalised mapping it was read from (persisted, echoed);
-    ``resource_manager``, ``cpu``, ``rdt`` and ``blockio`` are that mapping's validated sections, which
-    the controllers read."""
+    ``resource_manager``, ``cpu``, ``rdt`` and ``blockio`` are what the controllers (resmgr.control) take."""
 
     policy: PolicySection = field(default_factory=PolicySection)
     logger: LoggerSection = field(default_factory=LoggerSection)
     dump: DumpConfig = field(default_factory=DumpConfig)
     instrumentation: InstrumentationSection = field(default_factory=InstrumentationSection)
-    resource_manager: Mapping[str, Any] = field(default_factory=dict)
-    cpu: Mapping[str, Any] = field(default_factory=dict)
-    rdt: Mapping[str, Any] = field(default_factory=dict)
-    blockio: Mapping[str, Any] = field(default_factory=dict)
+    resource_manager: ResourceManagerSection = field(default_factory=ResourceManagerSection)
+    cpu: CpuSection = field(default_factory=CpuSection)
+    rdt: RdtSection = field(default_factory=RdtSection)
+    blockio: BlockIOSection = field(default_factory=BlockIOSection)
     raw: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -197,5 +318,6 @@ class ConfigSections:
         return cls(policy=PolicySection.of(_get(config, "policy")), logger=LoggerSection.of(_get(config, "logger")),
                    dump=dump_section(_get(config, "dump")),
                    instrumentation=InstrumentationSection.of(_get(config, "instrumentation")),
-                   resource_manager=_get(config, "resource-manager"), cpu=_get(config, "cpu"),
-                   rdt=_get(config, "rdt"), blockio=_get(config, "blockio"), raw=config)
+                   resource_manager=ResourceManagerSection.of(_get(config, "resource-manager")),
+                   cpu=CpuSection.of(_get(config, "cpu")), rdt=RdtSection.of(_get(config, "rdt")),
+                   blockio=BlockIOSection.of(_get(config, "blockio")), raw=config)

@@ -22,12 +22,10 @@ import glob
 import logging
 import os
 import stat
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from resmgr.config.constraints import parse_memory_quantity
+from resmgr.config.sections import BlockIOSection
 from resmgr.control.cgroups import is_unified
 
 log = logging.getLogger("resmgr.control.blockio")
@@ -55,18 +53,6 @@ class BlockIOClass:
     weight: int | None = None
     device_weights: dict[Device, int] = field(default_factory=dict)
     throttles: dict[str, dict[Device, int]] = field(default_factory=lambda: {t: {} for t in THROTTLES})
-
-
-def parse_io_value(field_name: str, value: Any, minimum: int = 0, maximum: int | None = None) -> int:
-    """A Weight or throttle value (an integer or a quantity like 50M or 1Gi), range-checked."""
-    try:
-        number = parse_memory_quantity(value)
-    except ValueError as exc:
-        raise BlockIOError(f"{field_name}: {exc}") from None
-    if number < minimum or (maximum is not None and number > maximum):
-        bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
-        raise BlockIOError(f"{field_name}: {number} is out of range ({bound})")
-    return number
 
 
 def resolve_devices(patterns: list[str], dev_root: Path = Path("/"), sysfs_root: Path = Path("/")
@@ -98,26 +84,22 @@ def resolve_devices(patterns: list[str], dev_root: Path = Path("/"), sysfs_root:
     return found, problems
 
 
-def parse_blockio_classes(section: Mapping[str, Any], dev_root: Path = Path("/"), sysfs_root: Path = Path("/")
+def parse_blockio_classes(section: BlockIOSection, dev_root: Path = Path("/"), sysfs_root: Path = Path("/")
                           ) -> tuple[dict[str, BlockIOClass], list[str]]:
-    """Resolve the schema-checked ``blockio`` section: (classes, warnings); BlockIOError if invalid."""
+    """Resolve the typed ``blockio`` section's device globs on this node: (classes, warnings). The values and
+    "throttles need Devices" were checked with the config (resmgr.config.schema)."""
     classes: dict[str, BlockIOClass] = {}
     warnings: list[str] = []
-    for name, sets in section.get("Classes", {}).items():
+    for name, sets in section.classes.items():
         cls = BlockIOClass(name)
         for i, params in enumerate(sets):
             where = f"blockio.Classes.{name}[{i}]"
-            weight = None
-            if "Weight" in params:
-                weight = parse_io_value(f"{where}.Weight", params["Weight"], 10, 1000)
-            limits = {t: parse_io_value(f"{where}.{t}", params[t]) for t in THROTTLES if t in params}
-            if not params.get("Devices"):
-                if limits:
-                    raise BlockIOError(f"{where}: throttling needs Devices (a throttle is per device)")
+            weight, limits = params.weight, params.throttles
+            if not params.devices:
                 if weight is not None:
                     cls.weight = weight
                 continue
-            devices, problems = resolve_devices(params["Devices"], dev_root, sysfs_root)
+            devices, problems = resolve_devices(list(params.devices), dev_root, sysfs_root)
             warnings.extend(f"{where}: {p}" for p in problems)
             for dev in devices:
                 if weight is not None:

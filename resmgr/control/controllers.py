@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from resmgr.config import ConfigError
+from resmgr.config.sections import BlockIOSection, ConfigSections, CpuSection, RdtSection, ResourceManagerSection
 from resmgr.control import blockio, cpu_classes, rdt, toptier
 from resmgr.control.cgroups import CGROUP_ROOT, CgroupError, container_pids, controller_root, find_container_dir
 from resmgr.model.resources import ContainerInfo, PodInfo, preference_annotation
@@ -39,19 +40,16 @@ CONTROLLER_NAMES = ("blockio", "cpu", "rdt")
 # Upstream controllers this cri-resmgr does not run as such: cri is the CRI path itself (always on),
 # memory (top-tier limits) and page-migration belong to memory tiers.
 OTHER_CONTROLLERS = ("cri", "memory", "page-migration")
-_MODE_NAMES = {"disabled": "Disabled", "disable": "Disabled", "required": "Required", "mandatory": "Required",
-               "optional": "Optional", "relaxed": "Relaxed"}
 DEFAULT_MODE = "Relaxed"
 
 
-def controller_modes(config: Mapping[str, Any]) -> dict[str, str]:
+def controller_modes(section: ResourceManagerSection) -> dict[str, str]:
     """Each controller's mode from ``resource-manager.control.Controllers`` (names match case-insensitively)."""
-    given = config.get("resource-manager", {}).get("control", {}).get("Controllers", {})
     modes = dict.fromkeys(CONTROLLER_NAMES, DEFAULT_MODE)
-    for name, mode in given.items():
+    for name, mode in section.controllers.items():
         key = name.lower()
         if key in modes:
-            modes[key] = _MODE_NAMES[mode.lower()]
+            modes[key] = mode
         elif key not in OTHER_CONTROLLERS:
             log.warning("resource-manager.control.Controllers: unknown controller %r ignored", name)
     return modes
@@ -82,16 +80,16 @@ class Controllers:
         self.toptier = toptier.supported(self.cgroup_root)  # memory tiers' top tier limits (patched kernels only)
 
     # -- configuration ----------------------------------------------------------------------
-    def configure(self, config: Mapping[str, Any], *, strict: bool = True) -> None:
-        """Apply the controller sections of a (schema-checked) config.
+    def configure(self, sections: ConfigSections, *, strict: bool = True) -> None:
+        """Apply the controller sections of a checked config.
 
         Raises ConfigError when a Required controller cannot take it and ``strict`` (a pushed config,
         refused as a whole); at startup (``strict`` False) the failure is logged and the controller left off.
         """
-        modes = controller_modes(config)
-        steps = {"cpu": lambda: self.cpu.configure(cpu_classes.parse_cpu_classes(config.get("cpu", {}))),
-                 "rdt": lambda: self.rdt.configure(config.get("rdt", {})),
-                 "blockio": lambda: self._configure_blockio(config.get("blockio", {}))}
+        modes = controller_modes(sections.resource_manager)
+        steps = {"cpu": lambda: self.cpu.configure(cpu_classes.parse_cpu_classes(sections.cpu)),
+                 "rdt": lambda: self.rdt.configure(sections.rdt),
+                 "blockio": lambda: self._configure_blockio(sections.blockio)}
         for name in CONTROLLER_NAMES:
             mode = modes[name]
             if mode == "Disabled":
@@ -116,17 +114,17 @@ class Controllers:
 
     def _stop(self, name: str) -> None:
         if name == "cpu" and self.running[name]:
-            self.cpu.configure({})
+            self.cpu.configure(cpu_classes.parse_cpu_classes(CpuSection()))
         elif name == "rdt" and self.running[name]:
             try:
-                self.rdt.configure({"options": {"mode": "Disabled"}})
+                self.rdt.configure(RdtSection(mode="Disabled"))
             except rdt.RdtError as exc:
                 log.error("rdt: cannot remove its groups: %s", exc)
         elif name == "blockio":
             self.blockio_classes = {}
         self.running[name] = False
 
-    def _configure_blockio(self, section: Mapping[str, Any]) -> None:
+    def _configure_blockio(self, section: BlockIOSection) -> None:
         classes, warnings = blockio.parse_blockio_classes(section, self.dev_root, self.sysfs_root)
         for w in warnings:
             log.warning("blockio: %s", w)

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from resmgr.config.sections import CpuClassSection, CpuSection
 from resmgr.topology.cpuset import format_cpuset
 from resmgr.topology.model import Topology
 
@@ -33,24 +32,12 @@ class CpuClassError(RuntimeError):
     """A class's limits could not be written."""
 
 
-@dataclass(frozen=True)
-class CpuClass:
-    name: str
-    min_freq: int = 0
-    max_freq: int = 0
-    uncore_min_freq: int = 0
-    uncore_max_freq: int = 0
-
-    @property
-    def has_uncore(self) -> bool:
-        return bool(self.uncore_min_freq or self.uncore_max_freq)
+CpuClass = CpuClassSection  # a class as the typed ``cpu`` section gives it
 
 
-def parse_cpu_classes(section: Mapping[str, Any]) -> dict[str, CpuClass]:
-    """The schema-checked ``cpu`` section as CpuClass objects by name."""
-    return {name: CpuClass(name, c.get("minFreq", 0), c.get("maxFreq", 0), c.get("uncoreMinFreq", 0),
-                           c.get("uncoreMaxFreq", 0))
-            for name, c in section.get("classes", {}).items()}
+def parse_cpu_classes(section: CpuSection) -> dict[str, CpuClass]:
+    """The typed ``cpu`` section's classes by name."""
+    return dict(section.classes)
 
 
 def _write(path: Path, value: int) -> None:

@@ -24,10 +24,12 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from resmgr.config.sections import RdtSection
 
 log = logging.getLogger("resmgr.control.rdt")
 
@@ -245,14 +247,13 @@ def overlay(request: CacheRequest, base: int, min_bits: int, where: str) -> int:
     return ((1 << (msb - lsb + 1)) - 1) << (lsb + base_lsb)
 
 
-def resolve_schemata(section: Mapping[str, Any], info: ResctrlInfo) -> dict[str, str]:
+def resolve_schemata(section: RdtSection, info: ResctrlInfo) -> dict[str, str]:
     """Class name -> the ``schemata`` text its resctrl group gets; RdtError when it does not fit."""
-    options = section.get("options", {})
-    partitions = section.get("partitions", {})
+    partitions = section.partitions
     lines: dict[str, list[str]] = {}
     classes: dict[str, str] = {}  # class -> partition
     for pname, p in sorted(partitions.items()):
-        for cname in p.get("classes", {}):
+        for cname in p.classes:
             if cname in classes:
                 raise RdtError(f"rdt.partitions.{pname}.classes.{cname}: class names must be unique "
                                f"(also in partition {classes[cname]})")
@@ -260,11 +261,12 @@ def resolve_schemata(section: Mapping[str, Any], info: ResctrlInfo) -> dict[str,
             lines[cname] = []
     for level in ("L2", "L3"):
         key = f"{level.lower()}Allocation"
-        wanted = {n: p[key] for n, p in partitions.items() if key in p}
+        wanted = {n: p.allocations.of_resource(level.lower()) for n, p in partitions.items()
+                  if p.allocations.of_resource(level.lower()) is not None}
         if not wanted:
             continue
         if level not in info.cbm_bits:
-            if options.get(level.lower(), {}).get("optional", False):
+            if level.lower() in section.optional:
                 log.warning("rdt: %s allocation configured but the system has no %s CAT; skipped", level, level)
                 continue
             raise RdtError(f"rdt: {level} cache allocation is configured but this system has no {level} CAT "
@@ -285,7 +287,7 @@ def resolve_schemata(section: Mapping[str, Any], info: ResctrlInfo) -> dict[str,
                 part_masks[i] = partition_masks(reqs, total, min_bits, f"rdt {level} cache id {i}")
             suffix = {"unified": "", "code": "CODE", "data": "DATA"}[typ]
             for cname, pname in classes.items():
-                raw = partitions[pname]["classes"][cname].get(key)
+                raw = partitions[pname].classes[cname].of_resource(level.lower())
                 where = f"rdt.partitions.{pname}.classes.{cname}.{key}"
                 per_id = per_cache_id(raw, ids, "100%", where)
                 values = []
@@ -294,9 +296,9 @@ def resolve_schemata(section: Mapping[str, Any], info: ResctrlInfo) -> dict[str,
                     mask = overlay(req.get(typ, req["unified"]), part_masks[i][pname], min_bits, where)
                     values.append(f"{i}={mask:x}")
                 lines[cname].append(f"{level}{suffix}:" + ";".join(values))
-    mb_wanted = {n: p["mbAllocation"] for n, p in partitions.items() if "mbAllocation" in p}
+    mb_wanted = {n: p.allocations.mb for n, p in partitions.items() if p.allocations.mb is not None}
     if mb_wanted and not info.has("MB"):
-        if not options.get("mb", {}).get("optional", False):
+        if "mb" not in section.optional:
             raise RdtError("rdt: memory bandwidth allocation is configured but this system has no MBA "
                            "(set rdt.options.mb.optional: true to skip it)")
         log.warning("rdt: MB allocation configured but the system has no MBA; skipped")
@@ -306,7 +308,7 @@ def resolve_schemata(section: Mapping[str, Any], info: ResctrlInfo) -> dict[str,
             if pname not in mb_wanted:
                 continue
             part = per_cache_id(mb_wanted[pname], ids, None, f"rdt.partitions.{pname}.mbAllocation")
-            own = per_cache_id(partitions[pname]["classes"][cname].get("mbAllocation"), ids, ["100%"],
+            own = per_cache_id(partitions[pname].classes[cname].mb, ids, ["100%"],
                                f"rdt.partitions.{pname}.classes.{cname}.mbAllocation")
             values = []
             for i in ids:
@@ -344,9 +346,9 @@ class RdtController:
     def active(self) -> bool:
         return self.mode != "Disabled"
 
-    def configure(self, section: Mapping[str, Any]) -> None:
-        mode = section.get("options", {}).get("mode", "Full")
-        if mode == "Full" and not section.get("partitions"):
+    def configure(self, section: RdtSection) -> None:
+        mode = section.mode
+        if mode == "Full" and not section.partitions:
             mode = "Disabled" if not (self.root / "schemata").exists() else mode
         if mode == "Disabled":
             if (self.root / "schemata").exists():

@@ -19,6 +19,7 @@ from resmgr.model.resources import (
     estimate_linux_resources,
     pod_from_sandbox_config,
 )
+from resmgr.model.state import Lifecycle
 from resmgr.relay.hooks import ContainerUpdate, HookResult
 from resmgr.topology.cpuset import format_cpuset
 
@@ -70,6 +71,8 @@ class CriDecisions(ManagerState):
         if method == "CreateContainer":
             return self._after_create(request, response, self._create_record(call))
         if method == "StartContainer":
+            if self.state.lifecycle(request.container_id) is Lifecycle.CREATED:
+                self.state.set_lifecycle(request.container_id, Lifecycle.RUNNING)
             self._apply_container_classes(request.container_id)
             return []
         if method == "UpdateContainerResources":
@@ -119,7 +122,14 @@ class CriDecisions(ManagerState):
             log.info("re-creation of container %s/%s/%s: releasing the older instance %s", container.namespace,
                      container.pod_name, container.name, cid)
             self.policy.release(cid)
-        self.policy.allocate(key, container)
+            self.state.end(cid, Lifecycle.EXITED)
+        self.state.register(key, container, Lifecycle.PENDING)
+        try:
+            self.policy.allocate(key, container)
+        except BaseException:
+            if key not in self.policy.containers:  # nothing reserved: the relay passes the request unchanged
+                self.state.forget(key)
+            raise
         self._mutations += 1
         cpus, mems = self.policy.placement(key)
         record = self._creates[key] = PendingCreate(key, (fmt_cpus(cpus), fmt_cpus(mems)))
@@ -143,12 +153,13 @@ class CriDecisions(ManagerState):
 
     def _older_instances(self, container: ContainerInfo) -> list[str]:
         """Created containers of the same pod and name that still hold resources (earlier restarts' instances)."""
-        placed, pod_id, name = self.policy.containers, container.pod_id, container.name
+        pod_id, name = container.pod_id, container.name
         if not name:
             return []
-        # Every create scans every container: locals, and the pod first (it rules out most at once), keep
-        # this at ~7 us for 200 containers.
-        return [cid for cid, c in self.containers.items() if c.pod_id == pod_id and c.name == name and cid in placed]
+        # Every create scans every placed container: locals, and the pod first (it rules out most at once), keep
+        # this at ~7 us for 200 containers. Pending reservations are not instances the runtime created.
+        return [cid for cid, c in self.policy.containers.items()
+                if c.pod_id == pod_id and c.name == name and not cid.startswith(PENDING_PREFIX)]
 
     def _after_create(self, request: Message, response: Message, record: PendingCreate | None
                       ) -> list[ContainerUpdate]:
@@ -156,20 +167,23 @@ class CriDecisions(ManagerState):
         self._mutations += 1
         if record is None or record.key not in self.policy.containers:
             # Not decided by us (e.g. the hook failed before); adopt it now.
+            if record is not None:
+                self.state.forget(record.key)
             pod = self.pods.get(request.pod_sandbox_id)
             container = container_from_create_request(request, pod)
             container.id = cid
             old = self.policy.group_state()
-            self.containers[cid] = container
+            self.state.register(cid, container, Lifecycle.CREATED)
             self.policy.allocate(cid, container)
             self.save()
             return diff_groups(self.policy, old, skip=cid, reason="container adopted")
         if cid in self.policy.containers:  # a resync adopted it meanwhile; the reservation knows its real resources
             self.policy.release(cid)
+        started = self.state.lifecycle(cid) is Lifecycle.RUNNING  # a resync may have listed it running already
         self.policy.rename(record.key, cid)
         container = self.policy.containers[cid]
         container.id = cid
-        self.containers[cid] = container
+        self.state.register(cid, container, Lifecycle.RUNNING if started else Lifecycle.CREATED)
         self.save()
         # Decisions made while the runtime created it moved its group, but a pending container
         # gets no updates: the cpuset it was created with may be stale now.
@@ -185,7 +199,7 @@ class CriDecisions(ManagerState):
         if cid not in self.policy.containers:
             return []  # removed meanwhile: nothing left to undo
         before = self.policy.placements()
-        self.containers[cid] = undo.container
+        self.state.set_info(cid, undo.container)
         if undo.mutation == self._mutations:
             # Nothing was decided since: restoring the exported state (not release + allocate) gives
             # back exactly the CPUs every container had, so the runtime, which kept them, agrees with
@@ -211,10 +225,12 @@ class CriDecisions(ManagerState):
 
     def _drop_failed_create(self, record: PendingCreate) -> list[ContainerUpdate]:
         if record.key not in self.policy.containers:
+            self.state.forget(record.key)
             return []
         log.warning("CreateContainer did not succeed; releasing its allocation")
         old = self.policy.group_state()
         self.policy.release(record.key)
+        self.state.forget(record.key)
         self._mutations += 1
         # Releasing need not undo the decision exactly (a balloon shrinks by other CPUs than it
         # grew by), so the cache must learn the new state, or a restart restores the old one.
@@ -238,7 +254,7 @@ class CriDecisions(ManagerState):
         old = self.policy.group_state()
         # Saved once the runtime applied it (after); only the groups it moved are diffed (hot path).
         self._place(cid, resized, always=True)
-        self.containers[cid] = resized
+        self.state.set_info(cid, resized)
         self._mutations += 1
         undo.mutation = self._mutations
         self._resizes[id(undo)] = undo

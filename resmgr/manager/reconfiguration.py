@@ -9,6 +9,7 @@ from typing import Any
 
 from resmgr.config import ConfigError
 from resmgr.config.files import CACHE, DEFAULTS, FALLBACK, FORCE, choose_config
+from resmgr.config.sections import ConfigSections
 from resmgr.manager.cache import CacheData
 from resmgr.manager.placement_diff import diff_placements
 from resmgr.manager.state import (
@@ -54,7 +55,7 @@ class Reconfiguration(ManagerState):
             candidates.append(({}, DEFAULTS))
         for i, (cfg, src) in enumerate(candidates):
             try:
-                policy = create_policy(cfg, self.topology, sysfs_root=self.sysfs_root)
+                policy = create_policy(cfg, self.topology, sysfs_root=self.sysfs_root, state=self.state)
             except ConfigError as exc:
                 if i == len(candidates) - 1:
                     raise exc.with_source(src) from None
@@ -89,9 +90,13 @@ class Reconfiguration(ManagerState):
             raise ConfigError("policy.Active",
                               f"switching the active policy from {self.policy.name!r} to {wanted!r} is disabled "
                               f"(--disable-policy-switch); {self.policy.name!r} stays active", source=source)
+        # The new policy places into a fork of the state, adopted below once it took it: a config refused on the
+        # way leaves the state as the active policy has it.
+        state = self.state.fork()
         try:
-            policy = create_policy(config, self.topology, sysfs_root=self.sysfs_root)
-            self.controllers.configure(config)  # a Required controller that cannot apply it refuses the config
+            policy = create_policy(config, self.topology, sysfs_root=self.sysfs_root, state=state)
+            # A Required controller that cannot apply it refuses the config.
+            self.controllers.configure(ConfigSections.of(config))
         except ConfigError as exc:
             raise exc.with_source(source) from None
         old = self.policy.placements()
@@ -105,7 +110,7 @@ class Reconfiguration(ManagerState):
                 policy.allocate(cid, c)
         else:
             self._carry_over(policy, live)
-        self.policy = policy
+        self.state, self.policy = state, policy
         self._mutations += 1
         self.config, self.config_source = config, source
         if not self.forced:
@@ -125,7 +130,7 @@ class Reconfiguration(ManagerState):
                     policy.allocate(cid, c)
         except RestoreError as exc:
             log.info("allocations do not fit the new config (%s); re-allocating", exc)
-            policy.state.clear()
+            policy.state.unplace_all()
             for cid, c in live.items():
                 policy.allocate(cid, c)
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from resmgr.config import ConfigError, validate_config
+from resmgr.config.sections import ConfigSections
 from resmgr.control.controllers import Controllers
 from resmgr.manager.cache import Cache, CacheEncoder
 from resmgr.manager.controllers_timers import ControllersTimers
@@ -43,11 +44,12 @@ from resmgr.manager.outbox import UpdateOutbox
 from resmgr.manager.placement_diff import PENDING_PREFIX
 from resmgr.manager.reconfiguration import Reconfiguration
 from resmgr.manager.resync import Resync
-from resmgr.manager.state import PendingCreate, PendingResize, RePlaced, Resize
+from resmgr.manager.state import STOPPED_KEY, PendingCreate, PendingResize, RePlaced, Resize
 from resmgr.model.resources import (
     ContainerInfo,
     PodInfo,
 )
+from resmgr.model.state import Lifecycle, NodeState
 from resmgr.options import DEFAULT_RELAY_DIR
 from resmgr.relay.hooks import ContainerUpdate
 from resmgr.topology.model import Topology
@@ -58,7 +60,8 @@ log = logging.getLogger("resmgr.resource-manager")
 
 
 class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers, Explanations):
-    """Holds pods, containers and the active policy; implements the relay hook (its jobs in the mixins)."""
+    """Holds pods, the registry of containers (``state``) and the active policy; implements the relay hook (its jobs
+    in the mixins)."""
 
     def __init__(self, topology: Topology, *, relay_dir: str | Path = DEFAULT_RELAY_DIR,
                  fallback_config: dict[str, Any] | None = None, force_config: dict[str, Any] | None = None,
@@ -100,17 +103,23 @@ class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers, 
         self._cached_config: tuple[dict[str, Any] | None, str] = (data.config, data.config_source)
         self._encoder = CacheEncoder(skip_prefix=PENDING_PREFIX)
         self.pods: dict[str, PodInfo] = {}
-        self.containers: dict[str, ContainerInfo] = {}
+        self.state = NodeState()
         for pid, p in data.pods.items():
             try:
                 self.pods[pid] = PodInfo.from_json(p)
             except TypeError as exc:
                 log.error("dropping malformed cached pod %s: %s", pid, exc)
+        # The cache keeps no lifecycles: the containers it lists as holding nothing come back stopped, the others
+        # running; the first resync corrects both from the runtime's listing.
+        listed = (data.policy_data or {}).get(STOPPED_KEY)
+        stopped = {cid for cid in listed if isinstance(cid, str)} if isinstance(listed, list) else set()
         for cid, c in data.containers.items():
             try:
-                self.containers[cid] = ContainerInfo.from_json(c)
+                info = ContainerInfo.from_json(c)
             except TypeError as exc:
                 log.error("dropping malformed cached container %s: %s", cid, exc)
+                continue
+            self.state.register(cid, info, Lifecycle.STOPPED if cid in stopped else Lifecycle.RUNNING)
         config, source = self._startup_config(data, fallback_config, force_config, disable_policy_switch)
         self.policy = self._startup_policy(config, source, fallback_config)
         self.config, self.config_source = self._startup_choice
@@ -123,7 +132,7 @@ class ResourceManager(CriDecisions, Reconfiguration, Resync, ControllersTimers, 
                 log.info("switching policy from %s to %s at startup", data.policy, self.policy.name)
             self._reallocate_all()
         self.save()
-        self.controllers.configure(self.config, strict=False)
+        self.controllers.configure(ConfigSections.of(self.config), strict=False)
         self._sync_cpu_classes()
         self.outbox.when_bound(self._arm_timers)
         log.info("resource manager ready: policy %s (config from %s) on %s", self.policy.name, source,

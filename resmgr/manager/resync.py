@@ -14,11 +14,13 @@ from resmgr.manager.state import (
     CONTAINER_EXITED,
     CONTAINER_RUNNING,
     ManagerState,
+    listed_lifecycle,
 )
 from resmgr.model.resources import (
     container_from_listed,
     pod_from_listed_sandbox,
 )
+from resmgr.model.state import Lifecycle
 from resmgr.relay.hooks import ContainerUpdate
 
 log = logging.getLogger("resmgr.resource-manager")
@@ -82,7 +84,8 @@ class Resync(ManagerState):
                 c = self.containers[cid]
                 log.info("container %s (%s/%s/%s) exited: releasing its resources", cid, c.namespace, c.pod_name,
                          c.name)
-            return self._decided(self._release(released, forget=False, reason="container exited"))
+            return self._decided(self._release(released, forget=False, reason="container exited",
+                                               ended=Lifecycle.EXITED))
 
     def request_resync(self, reason: str) -> None:
         """Resync with the runtime at the next chance (the relay then lists it and calls ``sync_with_runtime``)."""
@@ -128,19 +131,22 @@ class Resync(ManagerState):
             exited = [cid for cid, c in listed.items() if c.state == CONTAINER_EXITED]
             for cid in gone:
                 self.policy.release(cid)
-                del self.containers[cid]
+                self.state.forget(cid)
             for cid in exited:
                 self.policy.release(cid)
             adopted = []
             for cid, c in listed.items():
+                lifecycle = listed_lifecycle(c.state)
                 if cid in self.containers or c.state == CONTAINER_EXITED:
                     if cid not in self.containers:
-                        self.containers[cid] = container_from_listed(c, self.pods.get(c.pod_sandbox_id))
+                        self.state.register(cid, container_from_listed(c, self.pods.get(c.pod_sandbox_id)), lifecycle)
+                    elif lifecycle is not Lifecycle.CREATED:  # what the runtime says now (a known one is not placed)
+                        self.state.set_lifecycle(cid, lifecycle)
                     continue
                 res = resources.get(cid)
                 linux = res.linux if res is not None and res.HasField("linux") else None
                 info = container_from_listed(c, self.pods.get(c.pod_sandbox_id), linux)
-                self.containers[cid] = info
+                self.state.register(cid, info, lifecycle)
                 self.policy.allocate(cid, info)
                 adopted.append(cid)
             if gone or adopted or exited:

@@ -1,12 +1,13 @@
-"""The resource manager's state and its one owner: pods, containers, the policy with the ``PolicyState`` it places
-into, reservations waiting for the runtime, and the cache they are saved in."""
+"""The resource manager's state and its one owner: pods, the one registry of containers (``NodeState``: each with
+its lifecycle and what the policy placed it as), the policy placing into it, reservations waiting for the runtime,
+and the cache they are saved in."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from resmgr.model.resources import (
     ContainerInfo,
     PodInfo,
 )
+from resmgr.model.state import ENDED, Lifecycle, NodeState
 from resmgr.policy.base import Placement, Policy, RestoreError
 from resmgr.relay.hooks import ContainerUpdate
 from resmgr.topology.model import Topology
@@ -29,8 +31,16 @@ log = logging.getLogger("resmgr.resource-manager")
 # CRI ContainerState values (runtime.v1.ContainerState).
 CONTAINER_RUNNING = 1
 CONTAINER_EXITED = 2
-# policy_data key (beside the policy's own) listing the known containers that were stopped: released.
+# policy_data key (beside the policy's own) listing the known containers that hold nothing (stopped, exited, or not
+# placeable): a restore must not allocate them; they come back as stopped.
 STOPPED_KEY = "stopped_containers"
+
+
+def listed_lifecycle(state: int) -> Lifecycle:
+    """The lifecycle of a container the runtime lists in CRI state ``state`` (CREATED and UNKNOWN: created)."""
+    if state == CONTAINER_EXITED:
+        return Lifecycle.EXITED
+    return Lifecycle.RUNNING if state == CONTAINER_RUNNING else Lifecycle.CREATED
 
 
 Resize = Callable[[ContainerInfo], ContainerInfo]
@@ -79,8 +89,8 @@ class ManagerState:
 
     topology: Topology
     pods: dict[str, PodInfo]  # by pod sandbox id
-    containers: dict[str, ContainerInfo]  # every known container, stopped ones too (they hold nothing)
-    policy: Policy  # places into its PolicyState, which this manager creates and hands it
+    state: NodeState  # the one registry of containers, with their lifecycles; handed to the policy
+    policy: Policy  # places into ``state`` (a new policy into a fork of it, adopted once it took it)
     cache: Cache
     controllers: Controllers
     class_overrides: dict[str, dict[str, str]]
@@ -113,39 +123,48 @@ class ManagerState:
         """Put a started container into its classes (ControllersTimers)."""
         raise NotImplementedError
 
+    @property
+    def containers(self) -> Mapping[str, ContainerInfo]:
+        """Every container the runtime confirmed, in any lifecycle, with its own resources (read-only)."""
+        return self.state.known
+
     def stopped(self) -> list[str]:
-        """Known containers that hold nothing (stopped or exited, not yet removed)."""
-        return [cid for cid in self.containers if cid not in self.policy.containers]
+        """Known containers that stopped or exited (they hold nothing), not yet removed."""
+        return self.state.in_lifecycle(*ENDED)
+
+    def _live(self) -> dict[str, ContainerInfo]:
+        """The confirmed containers that have not ended: those a restore or a re-allocation places."""
+        return {cid: c for cid, c in self.containers.items() if self.state.lifecycle(cid) not in ENDED}
 
     def _restore(self, policy_data: dict[str, Any]) -> None:
         policy_data = dict(policy_data)
-        stopped = set(policy_data.pop(STOPPED_KEY, None) or ())
-        placed = {cid: c for cid, c in self.containers.items() if cid not in stopped}
+        policy_data.pop(STOPPED_KEY, None)  # read at load (ResourceManager): those containers are stopped
+        placed = self._live()
         try:
             self.policy.restore_state(policy_data, placed)
         except RestoreError as exc:
             log.error("cached %s allocations are unusable (%s); re-allocating all containers",
                       self.policy.name, exc)
-            self._reallocate_all(stopped)
+            self._reallocate_all()
             return
         for cid, c in placed.items():
             if cid not in self.policy.grants and self.policy.name != "none":
                 self.policy.allocate(cid, c)
                 self._unsynced.add(cid)
 
-    def _reallocate_all(self, stopped: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-        self.policy.state.clear()  # the manager's own state object, handed to the policy
-        for cid, c in self.containers.items():
-            if cid not in stopped:
-                self.policy.allocate(cid, c)
-        self._unsynced = set(self.containers) - stopped
+    def _reallocate_all(self) -> None:
+        self.state.unplace_all()
+        live = self._live()
+        for cid, c in live.items():
+            self.policy.allocate(cid, c)
+        self._unsynced = set(live)
 
     def save(self) -> None:
         """Persist pods, containers, the policy's grants and the cached config (``CacheEncoder``)."""
         extra = self.policy.export_cached(confirmed)
         # Stopped containers stay known (a resync sees them exited) but hold nothing: a restore must not
         # allocate them again, or it moves the others (a balloon would grow for a stopped member).
-        stopped = self.stopped()
+        containers, stopped = self.state.snapshot()
         if stopped:
             extra[STOPPED_KEY] = stopped
         # Only configs pushed at runtime are cached; files given on the command line are
@@ -154,7 +173,7 @@ class ManagerState:
         # A snapshot the cache's writer may encode later (in background mode): shallow copies of the maps,
         # whose entries never change once made (CacheEncoder), and the policy's own state, which
         # export_extra builds afresh for every save (its contract).
-        snapshot = {"pods": dict(self.pods), "containers": dict(self.containers), "policy": self.policy.name,
+        snapshot = {"pods": dict(self.pods), "containers": containers, "policy": self.policy.name,
                     "grants": dict(self.policy.grants), "policy_extra": extra, "config": config,
                     "config_source": source}
         self.cache.save_encoded(lambda: self._encoder.encode(**snapshot))
@@ -189,12 +208,12 @@ class ManagerState:
     def running(self) -> list[tuple[ContainerInfo, PodInfo | None]]:
         """The containers the policy placed that the runtime created, with their pods."""
         with self._lock:
-            return [(c, self.pods.get(c.pod_id)) for cid, c in self.containers.items()
-                    if cid and not cid.startswith(PENDING_PREFIX) and cid in self.policy.containers]
+            placed = self.state.placed
+            return [(c, self.pods.get(c.pod_id)) for cid, c in self.containers.items() if cid and cid in placed]
 
     def _running_ids(self) -> list[str]:
-        return [cid for cid in self.containers if cid and not cid.startswith(PENDING_PREFIX)
-                and cid in self.policy.containers]
+        placed = self.state.placed
+        return [cid for cid in self.containers if cid and cid in placed]
 
     def _place(self, cid: str, target: ContainerInfo, *, always: bool = False) -> bool:
         """Release and allocate ``cid`` as ``target`` unless the policy already sees those resources."""
@@ -204,7 +223,9 @@ class ManagerState:
         self.policy.allocate(cid, target)
         return True
 
-    def _release(self, cids: list[str], *, forget: bool, reason: str) -> list[ContainerUpdate]:
+    def _release(self, cids: list[str], *, forget: bool, reason: str,
+                 ended: Lifecycle = Lifecycle.STOPPED) -> list[ContainerUpdate]:
+        """Release ``cids``: forgotten (removed), or kept known as ``ended`` (stopped, exited), holding nothing."""
         if not cids:
             return []
         old = self.policy.group_state()
@@ -213,8 +234,10 @@ class ManagerState:
             if cid in self.policy.containers:
                 self.policy.release(cid)
                 changed = True
-            if forget and self.containers.pop(cid, None) is not None:
-                changed = True
+            if forget:
+                changed |= self.state.forget(cid)
+            elif cid in self.containers and self.state.lifecycle(cid) not in ENDED:
+                self.state.end(cid, ended)
         if changed:
             self._mutations += 1
             self.save()

@@ -318,7 +318,7 @@ class BalloonsPolicy(PooledPolicy):
             # Left alone before a restart: placing it now (a balloon may have room since) would move it
             # at the restart; it is placed again only when something is decided about it.
             self._keep_left_alone.discard(cid)
-            self.containers[cid] = container
+            self.state.place(cid, container)
             return
         super().allocate(cid, container)
         grant = self.grants.get(cid)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -13,7 +13,7 @@ from resmgr.config import ConfigError, parse_cpu_constraint
 from resmgr.config.sections import PolicySection
 from resmgr.model.explanation import NOT_PLACED, PINNED_KINDS, SHARED_POOL
 from resmgr.model.resources import KUBE_SYSTEM, ContainerInfo
-from resmgr.model.state import PolicyState
+from resmgr.model.state import NodeState
 from resmgr.policy.cpu_allocator import take_cpus
 from resmgr.topology.cgroup_cpuset import CgroupCpusetError, read_cgroup_cpuset
 from resmgr.topology.cpuset import CpusetError, format_cpuset, parse_cpuset
@@ -229,7 +229,7 @@ class Policy:
     topology: Topology
     config: dict[str, Any]  # the schema-checked mapping (the manager keeps and caches it)
     sysfs_root: str = "/"
-    state: PolicyState = field(default_factory=PolicyState)  # the resource manager's; placements live there
+    state: NodeState = field(default_factory=NodeState)  # the resource manager's; placements live there
     members: dict[str, set[str]] = field(default_factory=dict)  # group -> container ids
     # The typed ``policy`` section of ``config``: what setup() reads its options from.
     policy_config: PolicySection = field(init=False, repr=False)
@@ -239,13 +239,13 @@ class Policy:
         self.setup()
 
     @property
-    def containers(self) -> dict[str, ContainerInfo]:
-        """The containers placed, by id (``state``'s)."""
-        return self.state.containers
+    def containers(self) -> Mapping[str, ContainerInfo]:
+        """The containers placed, by id, as placed (``state``'s, read-only: changed through ``state``)."""
+        return self.state.placed
 
     @property
-    def grants(self) -> dict[str, Grant]:
-        """Their grants, by container id (``state``'s)."""
+    def grants(self) -> Mapping[str, Grant]:
+        """Their grants, by container id (``state``'s, read-only: changed through ``state``)."""
         return self.state.grants
 
     # -- PolicyHooks defaults ----------------------------------------------------
@@ -307,25 +307,22 @@ class Policy:
         if cid in self.containers:
             self.release(cid)
         grant = self.decide(container)
-        self.containers[cid] = container
+        self.state.place(cid, container)
         if grant is not None:
-            self.grants[cid] = grant
+            self.state.set_grant(cid, grant)
         self._index(cid, add=True)
 
     def release(self, cid: str) -> None:
         self._index(cid, add=False)
-        grant = self.grants.pop(cid, None)
+        grant = self.state.take_grant(cid)
         if grant is not None:
             self.on_release(cid, grant)  # may still look at self.containers[cid]
-        self.containers.pop(cid, None)
+        self.state.unplace(cid)
 
     def rename(self, old: str, new: str) -> None:
         """Re-key a container (a pending allocation gets the runtime's id)."""
         self._index(old, add=False)
-        if old in self.containers:
-            self.containers[new] = self.containers.pop(old)
-        if old in self.grants:
-            self.grants[new] = self.grants.pop(old)
+        self.state.rename(old, new)
         self.on_rename(old, new)
         self._index(new, add=True)
 
@@ -383,7 +380,7 @@ class Policy:
     def export_state(self) -> dict[str, Any]:
         return {"grants": {cid: g.to_json() for cid, g in self.grants.items()}, **self.export_extra()}
 
-    def restore_state(self, state: dict[str, Any], containers: dict[str, ContainerInfo]) -> None:
+    def restore_state(self, state: dict[str, Any], containers: Mapping[str, ContainerInfo]) -> None:
         """Adopt cached grants for ``containers``; raises RestoreError if they do not fit."""
         try:
             grants = {cid: Grant.from_json(g) for cid, g in state.get("grants", {}).items()}
@@ -392,7 +389,7 @@ class Policy:
         unknown = set(grants) - set(containers)
         if unknown:
             grants = {cid: g for cid, g in grants.items() if cid in containers}
-        self.state.replace(containers, grants)
+        self.state.restore_placements(containers, grants)
         owned: set[int] = set()
         for cid, g in grants.items():
             if g.exclusive & owned:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from resmgr.model.state import PolicyState
+from resmgr.model.state import NodeState
 from resmgr.policy.base import Policy
 from resmgr.topology.model import Topology
 
@@ -45,7 +45,7 @@ def active_policy_name(config: dict[str, Any]) -> str:
 
 
 def create_policy(config: dict[str, Any], topology: Topology, *, sysfs_root: str = "/",
-                  state: PolicyState | None = None) -> Policy:
+                  state: NodeState | None = None) -> Policy:
     """Instantiate the policy ``config`` selects, placing into ``state`` (default: a new one); raises ConfigError
     naming the bad field."""
     name = active_policy_name(config)
@@ -55,4 +55,4 @@ def create_policy(config: dict[str, Any], topology: Topology, *, sysfs_root: str
 
         raise ConfigError("policy.Active", f"unknown policy {name!r}; available: {', '.join(_POLICIES)}")
     return cls(topology=topology, config=config, sysfs_root=sysfs_root,
-               state=state if state is not None else PolicyState())
+               state=state if state is not None else NodeState())

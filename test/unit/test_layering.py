@@ -7,6 +7,7 @@ a lazy import is still a dependency.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,7 +139,7 @@ def test_the_check_sees_a_loop_and_an_upward_import(tmp_path: Path) -> None:
     ]
 
 
-# A policy's placements are its own (resmgr.model.state.PolicyState, read and written by the policy): nothing
+# A policy's placements are its own (in resmgr.model.state.NodeState, written by the policy through it): nothing
 # outside resmgr/policy assigns, deletes or mutates ``<policy>.containers``/``<policy>.grants``, and the manager
 # calls the policy's declared methods instead of probing it with getattr.
 _MUTATORS = {"clear", "pop", "popitem", "update", "setdefault", "__setitem__", "__delitem__"}
@@ -187,6 +188,122 @@ def test_the_placement_check_sees_each_kind_of_intrusion(tmp_path: Path) -> None
         "getattr(self.policy, 'cold_starts', None)\nself.containers.clear()\n")
     assert [line.split(": ")[0] for line in policy_state_intrusions(tmp_path)] == [
         "resmgr/manager/m.py:1", "resmgr/manager/m.py:2", "resmgr/manager/m.py:3", "resmgr/manager/m.py:4"]
+
+
+# One registry of containers (resmgr.model.state.NodeState): nothing else declares a mapping of containers as a
+# field, neither the manager ("every known container") nor a policy's state ("the placed ones"); a policy class
+# changes its placements only through the state's methods, never by writing ``self.containers``/``self.grants``.
+_CONTAINER_MAP = re.compile(r"^(dict|Dict|MutableMapping)\[str, *ContainerInfo\]$")
+_REGISTRY = Path("resmgr/model/state.py")
+
+
+def _policy_class(node: ast.ClassDef) -> bool:
+    return any("Policy" in ast.unparse(b) for b in node.bases) or node.name == "Policy"
+
+
+def container_registries(root: Path) -> list[str]:
+    """Fields outside the registry that hold containers by id, and writes of a policy's placements in a policy."""
+    found: list[str] = []
+    for path in sorted((root / "resmgr").rglob("*.py")):
+        rel = path.relative_to(root)
+        tree = ast.parse(path.read_text(), str(path))
+        for cls in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]:
+            for node in ast.walk(cls):
+                if rel == _REGISTRY:
+                    break
+                if isinstance(node, ast.AnnAssign) and _CONTAINER_MAP.match(ast.unparse(node.annotation)) and (
+                        isinstance(node.target, ast.Attribute) or node in cls.body):
+                    found.append(f"{rel}:{node.lineno}: a second container registry: {ast.unparse(node)[:60]}")
+            if rel.parts[1] != "policy" or not _policy_class(cls):
+                continue
+            for node in ast.walk(cls):
+                targets: list[ast.AST] = []
+                if isinstance(node, ast.Assign | ast.Delete):
+                    targets = list(node.targets)
+                elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+                    targets = [node.target]
+                targets = [t.value if isinstance(t, ast.Subscript) else t for t in targets]
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+                    targets.append(node.func.value)
+                if any(ast.unparse(t) in ("self.containers", "self.grants") for t in targets):
+                    found.append(f"{rel}:{node.lineno}: a policy writes its placements past its state: "
+                                 f"{ast.unparse(node)[:60]}")
+    return sorted(found)
+
+
+def test_one_registry_of_containers_and_policies_write_through_their_state() -> None:
+    assert container_registries(REPO) == []
+
+
+def test_the_registry_check_sees_a_second_registry_and_a_write_past_the_state(tmp_path: Path) -> None:
+    (tmp_path / "resmgr" / "manager").mkdir(parents=True)
+    (tmp_path / "resmgr" / "policy").mkdir(parents=True)
+    (tmp_path / "resmgr" / "model").mkdir(parents=True)
+    (tmp_path / "resmgr" / "model" / "state.py").write_text(
+        "class NodeState:\n    _records: dict[str, ContainerInfo]\n")  # the registry itself
+    (tmp_path / "resmgr" / "manager" / "m.py").write_text(
+        "class RM:\n    containers: dict[str, ContainerInfo]\n    def __init__(self):\n"
+        "        self.known: dict[str, ContainerInfo] = {}\n        live: dict[str, ContainerInfo] = {}\n")
+    (tmp_path / "resmgr" / "policy" / "p.py").write_text(
+        "class P(Policy):\n    def allocate(self, cid, c):\n        self.containers[cid] = c\n"
+        "        self.grants.pop(cid)\n        self.state.place(cid, c)\n"
+        "class Memory:\n    def f(self):\n        self.grants[1] = 2\n")  # not a policy: its own grants
+    assert [line.split(": ")[0] for line in container_registries(tmp_path)] == [
+        "resmgr/manager/m.py:2", "resmgr/manager/m.py:4", "resmgr/policy/p.py:3", "resmgr/policy/p.py:4"]
+
+
+# resmgr/control takes its config as the typed sections of resmgr.config.sections: no field of the cpu, rdt,
+# blockio or resource-manager sections is read out of a mapping by its name there (the schema checked those
+# fields; the sections carry them typed).
+def _field_names(spec: object, out: set[str]) -> set[str]:
+    from resmgr.config import validation as v
+
+    if isinstance(spec, v.Struct):
+        out |= set(spec.fields)
+        for inner in spec.fields.values():
+            _field_names(inner, out)
+    for attr in ("value", "item", "inner"):
+        inner = getattr(spec, attr, None)
+        if isinstance(inner, v.Spec):
+            _field_names(inner, out)
+    for inner in getattr(spec, "specs", ()):
+        _field_names(inner, out)
+    return out
+
+
+def raw_config_reads(root: Path) -> list[str]:
+    """``x.get("<field>")`` and ``x["<field>"]`` in resmgr/control for a field of the controllers' sections."""
+    from resmgr.config import schema
+
+    names: set[str] = set()
+    for spec in (schema.RESOURCE_MANAGER, schema.CPU, schema.RDT, schema.BLOCKIO):
+        _field_names(spec, names)
+    found: list[str] = []
+    for path in sorted((root / "resmgr" / "control").rglob("*.py")):
+        rel = path.relative_to(root)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            key: ast.AST | None = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                    and node.args:
+                key = node.args[0]
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                key = node.slice
+            if isinstance(key, ast.Constant) and key.value in names:
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:70]}")
+    return sorted(found)
+
+
+def test_control_reads_typed_sections_not_raw_config_mappings() -> None:
+    assert raw_config_reads(REPO) == []
+
+
+def test_the_raw_read_check_sees_gets_and_subscripts(tmp_path: Path) -> None:
+    (tmp_path / "resmgr" / "control").mkdir(parents=True)
+    (tmp_path / "resmgr" / "control" / "c.py").write_text(
+        "a = section.get('Classes', {})\nb = p['Weight']\nc = raw.get('all')\nd = section.classes\n"
+        "e = config.get('resource-manager', {}).get('control', {})\n")
+    assert [line.split(": ")[0] for line in raw_config_reads(tmp_path)] == [
+        "resmgr/control/c.py:1", "resmgr/control/c.py:2", "resmgr/control/c.py:5"]
 
 
 if __name__ == "__main__":  # python test/unit/test_layering.py [ROOT]: the check on another tree

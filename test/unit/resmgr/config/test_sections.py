@@ -78,3 +78,44 @@ def test_bad_relay_sections_are_refused_by_the_schema_with_their_path(text, fiel
     assert err.value.field == field
     assert problem in err.value.problem
     assert str(err.value).startswith(f"fallback.cfg: invalid config field {field}: ")
+
+
+CONTROLLERS = """\
+resource-manager:
+  control:
+    Controllers: {RDT: mandatory, blockio: disable}
+cpu:
+  classes:
+    slow: {minFreq: 1000000, uncoreMaxFreq: 1200000}
+rdt:
+  options:
+    mode: Discovery
+    L3: {optional: true}
+  partitions:
+    p:
+      l3Allocation: "60%"
+      classes:
+        gold: {mbAllocation: ["50%"]}
+blockio:
+  Classes:
+    slow:
+      - Weight: "80"
+      - Devices: [/dev/vd*]
+        ThrottleReadBps: 512k
+"""
+
+
+def test_the_controllers_sections_are_typed():
+    s = check_config_text(CONTROLLERS).sections
+    assert dict(s.resource_manager.controllers) == {"RDT": "Required", "blockio": "Disabled"}
+    slow = s.cpu.classes["slow"]
+    assert (slow.min_freq, slow.max_freq, slow.uncore_max_freq, slow.has_uncore) == (1_000_000, 0, 1_200_000, True)
+    assert s.rdt.mode == "Discovery" and s.rdt.optional == {"l3"}
+    p = s.rdt.partitions["p"]
+    assert (p.allocations.l3, p.allocations.mb, p.classes["gold"].of_resource("mb")) == ("60%", None, ["50%"])
+    weight, throttled = s.blockio.classes["slow"]
+    assert (weight.weight, weight.devices, dict(weight.throttles)) == (80, (), {})
+    assert (throttled.weight, throttled.devices, dict(throttled.throttles)) == (None, ("/dev/vd*",),
+                                                                                {"ThrottleReadBps": 512_000})
+    assert s.raw["blockio"]["Classes"]["slow"][0]["Weight"] == "80"  # the mapping keeps the value as written
+    assert ConfigSections().rdt.mode == "Full" and ConfigSections().blockio.classes == {}

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from fixtures.control_trees import build_container_cgroup, kernel_table, make_block_device
 
-from resmgr.config import validate_config_text
+from resmgr.config import ConfigError, validate_config_text
+from resmgr.config.sections import BlockIOSection
 from resmgr.control.blockio import BlockIOError, apply_class, parse_blockio_classes
 
 SAMPLE = """
@@ -35,7 +36,7 @@ def trees(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def classes(trees: tuple[Path, Path], text: str = SAMPLE):
-    return parse_blockio_classes(validate_config_text(text)["blockio"], *trees)
+    return parse_blockio_classes(BlockIOSection.of(validate_config_text(text)["blockio"]), *trees)
 
 
 def test_classes_resolve_devices_and_refuse_partitions(trees: tuple[Path, Path]) -> None:
@@ -48,14 +49,21 @@ def test_classes_resolve_devices_and_refuse_partitions(trees: tuple[Path, Path])
     assert len(warnings) == 1 and "partition" in warnings[0] and "vdb1" in warnings[0]
 
 
-@pytest.mark.parametrize(("text", "error"), [
-    ("blockio:\n  Classes:\n    x:\n      - Weight: 5\n", "out of range"),
-    ("blockio:\n  Classes:\n    x:\n      - ThrottleReadBps: 1M\n", "needs Devices"),
-    ("blockio:\n  Classes:\n    x:\n      - Devices: [/dev/vda]\n        ThrottleReadBps: fast\n", "ThrottleReadBps"),
+@pytest.mark.parametrize(("text", "path", "error"), [
+    ("blockio:\n  Classes:\n    x:\n      - Weight: 5\n", "blockio.Classes.x[0].Weight", "out of range"),
+    ("blockio:\n  Classes:\n    x:\n      - Weight: 2k\n", "blockio.Classes.x[0].Weight", "out of range"),
+    ("blockio:\n  Classes:\n    x:\n      - ThrottleReadBps: 1M\n", "blockio.Classes.x[0]", "needs Devices"),
+    ("blockio:\n  Classes:\n    x:\n      - Devices: [/dev/vda]\n        ThrottleReadBps: fast\n",
+     "blockio.Classes.x[0].ThrottleReadBps", "invalid memory quantity"),
+    ("blockio:\n  Classes:\n    x:\n      - Devices: [/dev/vda]\n        ThrottleWriteIOPS: -1\n",
+     "blockio.Classes.x[0].ThrottleWriteIOPS", "out of range"),
+    ("blockio:\n  Classes:\n    x:\n      - Weight: 1.5\n", "blockio.Classes.x[0].Weight", "expected a number"),
 ])
-def test_bad_values_are_named(trees: tuple[Path, Path], text: str, error: str) -> None:
-    with pytest.raises(BlockIOError, match=error):
-        classes(trees, text)
+def test_bad_values_are_refused_with_their_path_by_the_config_check(text: str, path: str, error: str) -> None:
+    # The schema checks them (resmgr.config.schema): a config with one never reaches the controller.
+    with pytest.raises(ConfigError, match=error) as exc:
+        validate_config_text(text)
+    assert exc.value.field == path
 
 
 def test_v1_writes_and_moving_between_classes_resets(trees: tuple[Path, Path], tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from fixtures.sysfs_builder import TWO_SOCKETS, build_sysfs
 from unit.resmgr.rm_driver import Driver
 
 from resmgr.config import ConfigError, validate_config_text
+from resmgr.config.sections import ConfigSections
 from resmgr.control.controllers import Controllers, container_classes, controller_modes
 from resmgr.model.resources import ContainerInfo
 from resmgr.relay.metrics import RelayMetrics
@@ -152,7 +153,8 @@ def test_failures_never_fail_calls_and_required_refuses_configs(roots, tmp_path:
 def test_modes_and_class_lookup() -> None:
     cfg = validate_config_text("resource-manager:\n  control:\n    Controllers: {RDT: mandatory, blockio: disable,"
                                " page-migration: disabled}\n")
-    assert controller_modes(cfg) == {"blockio": "Disabled", "cpu": "Relaxed", "rdt": "Required"}
+    assert controller_modes(ConfigSections.of(cfg).resource_manager) == {"blockio": "Disabled", "cpu": "Relaxed",
+                                                                         "rdt": "Required"}
     c = ContainerInfo(id="1", pod_id="p", name="web", qos="Burstable",
                       pod_annotations={"rdtclass.cri-resource-manager.intel.com/container.web": "gold"})
     assert container_classes(c) == {"rdt": "gold", "blockio": "Burstable"}
@@ -178,5 +180,5 @@ def test_upstream_sample_configs_apply_with_every_controller_required(roots, tmp
                                                               "blockio": "Required"}}}
     controllers = Controllers(discover_topology(sysfs), dev_root=dev_root,
                               **{k: v for k, v in roots.items() if k != "sysfs_root"}, sysfs_root=sysfs)
-    controllers.configure(config)  # raises if a Required controller cannot apply the sample
+    controllers.configure(ConfigSections.of(config))  # raises if a Required controller cannot apply the sample
     assert check(controllers) and controllers.errors == {}

@@ -8,13 +8,14 @@ import pytest
 from fixtures.control_trees import HW_MAX_KHZ, HW_MIN_KHZ, build_cpufreq, build_uncore, cpu_freq, uncore_freq
 from fixtures.sysfs_builder import TWO_SOCKETS, build_sysfs
 
+from resmgr.config.sections import CpuSection
 from resmgr.control.cpu_classes import CpuClass, CpuClassController, CpuClassError, parse_cpu_classes
 from resmgr.topology import discover_topology
 
-CLASSES = parse_cpu_classes({"classes": {
+CLASSES = parse_cpu_classes(CpuSection.of({"classes": {
     "slow": {"minFreq": 1_000_000, "maxFreq": 1_500_000, "uncoreMaxFreq": 1_200_000},
     "turbo": {"minFreq": 3_000_000, "uncoreMinFreq": 2_000_000, "uncoreMaxFreq": 2_400_000},
-}})
+}}))
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from resmgr.config import validate_config_text
+from resmgr.config.sections import RdtSection
 from resmgr.control.rdt import (
     POD_QOS_CLASS,
     ROOT_CLASS,
@@ -50,8 +51,8 @@ rdt:
 """
 
 
-def rdt_section(text: str) -> dict:
-    return validate_config_text(text)["rdt"]
+def rdt_section(text: str) -> RdtSection:
+    return RdtSection.of(validate_config_text(text)["rdt"])
 
 
 def controller(root: Path) -> RdtController:
@@ -71,7 +72,7 @@ def test_upstream_doc_example_resolves_like_goresctrl(tmp_path: Path) -> None:
 
 def test_per_cache_id_masks_cdp_and_class_ranges(tmp_path: Path) -> None:
     info = read_info(build_resctrl(tmp_path / "resctrl", cdp=True, mb=False))
-    section = yaml.safe_load("""
+    section = RdtSection.of(yaml.safe_load("""
 partitions:
   a:
     l3Allocation: {all: "0x0f", "1": "0x3"}
@@ -81,7 +82,7 @@ partitions:
     l3Allocation: {all: "0x7f0", "1": "0x7fc"}
     classes:
       silver: {}
-""")
+"""))
     schemata = resolve_schemata(section, info)
     # code: the upper half of the partition's ways (goresctrl's 1..100 % rounding), data: its ways 0-1
     assert schemata["gold"] == "L3CODE:0=e;1=3\nL3DATA:0=3;1=3\n"
@@ -99,7 +100,7 @@ partitions:
 def test_configs_that_do_not_fit_are_named(tmp_path: Path, text: str, error: str) -> None:
     info = read_info(build_resctrl(tmp_path / "resctrl"))
     with pytest.raises(RdtError, match=error):
-        resolve_schemata(yaml.safe_load(text), info)
+        resolve_schemata(RdtSection.of(yaml.safe_load(text)), info)
 
 
 def test_missing_l3_is_an_error_unless_optional(tmp_path: Path) -> None:
@@ -108,8 +109,9 @@ def test_missing_l3_is_an_error_unless_optional(tmp_path: Path) -> None:
     shutil.rmtree(root / "info" / "L3")
     section = {"partitions": {"a": {"l3Allocation": "100%", "classes": {"x": {}}}}}
     with pytest.raises(RdtError, match="no L3 CAT"):
-        resolve_schemata(section, read_info(root))
-    assert resolve_schemata({**section, "options": {"l3": {"optional": True}}}, read_info(root)) == {"x": ""}
+        resolve_schemata(RdtSection.of(section), read_info(root))
+    assert resolve_schemata(RdtSection.of({**section, "options": {"l3": {"optional": True}}}),
+                            read_info(root)) == {"x": ""}
 
 
 def test_full_mode_groups_and_task_assignment(tmp_path: Path) -> None:
@@ -132,19 +134,19 @@ def test_discovery_uses_existing_groups_and_disabled_removes_ours(tmp_path: Path
     (root / "Guaranteed").mkdir()
     (root / "cri-resmgr.old").mkdir()
     ctl = controller(root)
-    ctl.configure({"options": {"mode": "Discovery"}})
+    ctl.configure(RdtSection(mode="Discovery"))
     assert set(ctl.groups) == {"Guaranteed"} and not (root / "cri-resmgr.old").exists()
     assert ctl.assign([5], POD_QOS_CLASS, "Guaranteed") == "Guaranteed"
     assert ctl.assign([6], POD_QOS_CLASS, "Burstable") == ROOT_CLASS
     ctl.configure(rdt_section(DOC_EXAMPLE))
-    ctl.configure({"options": {"mode": "Disabled"}})
+    ctl.configure(RdtSection(mode="Disabled"))
     assert not ctl.active and not [p for p in root.iterdir() if p.name.startswith("cri-resmgr.")]
     assert (root / "Guaranteed").is_dir()  # not ours: left alone
 
 
 def test_without_resctrl(tmp_path: Path) -> None:
     ctl = controller(tmp_path / "none")
-    ctl.configure({})  # nothing configured: quietly off
+    ctl.configure(RdtSection())  # nothing configured: quietly off
     assert not ctl.active
     with pytest.raises(RdtError, match="not mounted"):
         ctl.configure(rdt_section(DOC_EXAMPLE))

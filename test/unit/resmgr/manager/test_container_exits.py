@@ -16,6 +16,7 @@ from cri_api.v1 import api_pb2
 from fixtures.sysfs_builder import Shape, build_sysfs
 from unit.resmgr.rm_driver import Driver
 
+from resmgr.model.state import Lifecycle, StateError
 from resmgr.topology import Topology, discover_topology, parse_cpuset
 
 # Upstream's n4c16 e2e VM: 2 packages x 2 NUMA nodes x 2 cores x 2 threads; its topology-aware config.
@@ -188,3 +189,47 @@ def test_drift_check_counts_a_placed_container_that_exited(topologies: dict[str,
     d.runtime.apply(d.rm.sync_with_runtime(pods, containers))
     assert g not in d.rm.policy.containers
     assert d.rm.runtime_drift(containers) == frozenset(), "a released exited container is no drift"
+
+
+def start(d: Driver, cid: str) -> None:
+    d.call("StartContainer", api_pb2.StartContainerRequest(container_id=cid), api_pb2.StartContainerResponse())
+
+
+def test_lifecycles_are_explicit_and_an_ended_container_cannot_be_placed_again(topologies: dict[str, Topology],
+                                                                             tmp_path: Path) -> None:
+    """The manager's one registry says where each container is (created, running, stopped, exited); stopped and
+    exited ones hold nothing, and nothing places them again: not a policy switch, not a restart."""
+    d = Driver(topologies["this-machine"], tmp_path, STATIC_2CPU)
+    pod = d.run_pod("g", qos="guaranteed")
+    g = d.create(pod, "g", 1000)
+    be = d.create(d.run_pod("be"), "be")
+    assert g is not None and be is not None
+    assert d.rm.state.lifecycle(g) is Lifecycle.CREATED
+    start(d, g)
+    start(d, be)
+    assert d.rm.state.lifecycle(g) is Lifecycle.RUNNING and d.rm.stopped() == []
+    exited(d, g)
+    d.call("StopContainer", api_pb2.StopContainerRequest(container_id=be), api_pb2.StopContainerResponse())
+    assert (d.rm.state.lifecycle(g), d.rm.state.lifecycle(be)) == (Lifecycle.EXITED, Lifecycle.STOPPED)
+    assert sorted(d.rm.stopped()) == sorted([g, be]) and not {g, be} & set(d.rm.policy.containers)
+    with pytest.raises(StateError):
+        d.rm.state.place(g, d.rm.containers[g])
+    again = d.create(pod, "g", 1000)  # kubelet restarts it: a new instance, the exited one stays exited
+    assert again is not None and d.rm.state.lifecycle(g) is Lifecycle.EXITED
+    # A policy switch places the live containers only.
+    d.runtime.apply(d.rm.set_config(d.config | {"policy": {"Active": "topology-aware"}}))
+    assert set(d.rm.policy.containers) == {again} and d.rm.state.lifecycle(be) is Lifecycle.STOPPED
+    # A restart brings the ended ones back as stopped, holding nothing; the runtime's listing says they exited.
+    restored = d.new_rm()
+    assert set(restored.policy.containers) == {again}
+    switched = d.new_rm(force_config=d.config)  # another policy than the cached one: every live one re-allocated
+    assert switched.policy.name == "static" and set(switched.policy.containers) == {again}
+    switched.close()
+    assert restored.state.lifecycle(g) is Lifecycle.STOPPED and restored.state.lifecycle(again) is Lifecycle.RUNNING
+    pods, containers = d.runtime.listing()
+    for c in containers:
+        if c.id in (g, be):
+            c.state = api_pb2.CONTAINER_EXITED
+    restored.sync_with_runtime(pods, containers)
+    assert (restored.state.lifecycle(g), restored.state.lifecycle(be)) == (Lifecycle.EXITED, Lifecycle.EXITED)
+    assert set(restored.policy.containers) == {again}
