@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from resmgr.config.constraints import parse_cpu_constraint, parse_memory_quantity
+from resmgr.config.constraints import parse_cpu_constraint
 from resmgr.config.dump_rules import parse_dump_rules
 from resmgr.config.errors import ConfigError
 from resmgr.config.pool_sizes import parse_instances, parse_pool_cpus
@@ -409,40 +409,19 @@ RDT = Struct({
     })),
 })
 
-class IoValue(Spec):
-    """A block I/O weight or throttle: an integer or a quantity like 50M, in range; kept as written (the typed
-    section, resmgr.config.sections.BlockIOSection, holds the number)."""
-
-    def __init__(self, minimum: int = 0, maximum: int | None = None) -> None:
-        self.minimum, self.maximum = minimum, maximum
-
-    def check(self, value: Any, path: str) -> Any:
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise ConfigError(path, f"expected a number or a quantity like 50M, got {type_name(value)} {value!r}")
-        try:
-            number = parse_memory_quantity(value)
-        except ValueError as exc:
-            raise ConfigError(path, str(exc)) from None
-        if number < self.minimum or (self.maximum is not None and number > self.maximum):
-            bound = f"{self.minimum}..{self.maximum}" if self.maximum is not None else f">= {self.minimum}"
-            raise ConfigError(path, f"{number} is out of range ({bound})")
-        return value
-
-
-BLOCKIO_THROTTLES = ("ThrottleReadBps", "ThrottleWriteBps", "ThrottleReadIOPS", "ThrottleWriteIOPS")
-
-
-def _check_throttles_name_devices(params: dict[str, Any], path: str) -> None:
-    if not params.get("Devices") and any(t in params for t in BLOCKIO_THROTTLES):
-        raise ConfigError(path, "throttling needs Devices (a throttle is per device)")
-
-
+# Values are checked when the block I/O controller takes the section (resmgr/control/blockio.py): a bad one turns
+# that controller off (Relaxed) or refuses the config (Required), as upstream's controller modes do; a config that
+# upstream runs with a bad block I/O class (the controller off) must keep running here.
+_IO_VALUE = OneOf(Str(), Int(), expected="a number or a quantity like 50M")
 BLOCKIO = Struct({
     "Classes": MapOf(ListOf(Struct({
         "Devices": StrList(),
-        **{t: IoValue() for t in BLOCKIO_THROTTLES},
-        "Weight": IoValue(10, 1000),  # goresctrl's blockio weight range
-    }, validators=(_check_throttles_name_devices,)))),
+        "ThrottleReadBps": _IO_VALUE,
+        "ThrottleWriteBps": _IO_VALUE,
+        "ThrottleReadIOPS": _IO_VALUE,
+        "ThrottleWriteIOPS": _IO_VALUE,
+        "Weight": _IO_VALUE,
+    }))),
 })
 
 CONFIG = Struct({

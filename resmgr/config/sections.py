@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from resmgr.config.constraints import parse_memory_quantity
 from resmgr.config.dump_rules import DumpConfig, parse_dump_rules
 
 DEFAULT_HTTP_ENDPOINT = ":8891"  # upstream's default metrics address (instrumentation.HTTPEndpoint)
@@ -273,11 +272,13 @@ class RdtSection:
 @dataclass(frozen=True)
 class BlockIOSetSection:
     """One parameter set of a ``blockio.Classes`` entry: device globs, the weight, and throttles in bytes or IOPS
-    (by ``Throttle...`` field name)."""
+    (by ``Throttle...`` field name), as written (an integer or a quantity like 50M). The block I/O controller
+    checks them when it takes the section (resmgr/control/blockio.py): a bad value is that controller's error,
+    which its mode (Relaxed, Required) decides about, as upstream does."""
 
     devices: tuple[str, ...] = ()
-    weight: int | None = None
-    throttles: Mapping[str, int] = field(default_factory=dict)
+    weight: int | str | None = None
+    throttles: Mapping[str, int | str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -291,8 +292,7 @@ class BlockIOSection:
         def one(p: Mapping[str, Any]) -> BlockIOSetSection:
             return BlockIOSetSection(
                 devices=tuple(p.get("Devices") or ()),
-                weight=parse_memory_quantity(p["Weight"]) if "Weight" in p else None,
-                throttles={k: parse_memory_quantity(v) for k, v in p.items() if k.startswith("Throttle")})
+                weight=p.get("Weight"), throttles={k: v for k, v in p.items() if k.startswith("Throttle")})
 
         return cls(classes={name: tuple(one(p) for p in sets) for name, sets in _get(s, "Classes").items()})
 

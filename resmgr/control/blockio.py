@@ -25,6 +25,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from resmgr.config.constraints import parse_memory_quantity
 from resmgr.config.sections import BlockIOSection
 from resmgr.control.cgroups import is_unified
 
@@ -53,6 +54,18 @@ class BlockIOClass:
     weight: int | None = None
     device_weights: dict[Device, int] = field(default_factory=dict)
     throttles: dict[str, dict[Device, int]] = field(default_factory=lambda: {t: {} for t in THROTTLES})
+
+
+def parse_io_value(field_name: str, value: int | str, minimum: int = 0, maximum: int | None = None) -> int:
+    """A Weight or throttle value (an integer or a quantity like 50M or 1Gi), range-checked."""
+    try:
+        number = parse_memory_quantity(value)
+    except ValueError as exc:
+        raise BlockIOError(f"{field_name}: {exc}") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+        raise BlockIOError(f"{field_name}: {number} is out of range ({bound})")
+    return number
 
 
 def resolve_devices(patterns: list[str], dev_root: Path = Path("/"), sysfs_root: Path = Path("/")
@@ -86,16 +99,19 @@ def resolve_devices(patterns: list[str], dev_root: Path = Path("/"), sysfs_root:
 
 def parse_blockio_classes(section: BlockIOSection, dev_root: Path = Path("/"), sysfs_root: Path = Path("/")
                           ) -> tuple[dict[str, BlockIOClass], list[str]]:
-    """Resolve the typed ``blockio`` section's device globs on this node: (classes, warnings). The values and
-    "throttles need Devices" were checked with the config (resmgr.config.schema)."""
+    """Check the typed ``blockio`` section's values and resolve its device globs on this node: (classes,
+    warnings); BlockIOError if invalid (the controller's mode decides what that costs, as upstream)."""
     classes: dict[str, BlockIOClass] = {}
     warnings: list[str] = []
     for name, sets in section.classes.items():
         cls = BlockIOClass(name)
         for i, params in enumerate(sets):
             where = f"blockio.Classes.{name}[{i}]"
-            weight, limits = params.weight, params.throttles
+            weight = None if params.weight is None else parse_io_value(f"{where}.Weight", params.weight, 10, 1000)
+            limits = {t: parse_io_value(f"{where}.{t}", v) for t, v in params.throttles.items()}
             if not params.devices:
+                if limits:
+                    raise BlockIOError(f"{where}: throttling needs Devices (a throttle is per device)")
                 if weight is not None:
                     cls.weight = weight
                 continue

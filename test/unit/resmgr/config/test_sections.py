@@ -114,8 +114,9 @@ def test_the_controllers_sections_are_typed():
     p = s.rdt.partitions["p"]
     assert (p.allocations.l3, p.allocations.mb, p.classes["gold"].of_resource("mb")) == ("60%", None, ["50%"])
     weight, throttled = s.blockio.classes["slow"]
-    assert (weight.weight, weight.devices, dict(weight.throttles)) == (80, (), {})
+    # Block I/O values stay as written: the controller checks them (its mode decides what a bad one costs).
+    assert (weight.weight, weight.devices, dict(weight.throttles)) == ("80", (), {})
     assert (throttled.weight, throttled.devices, dict(throttled.throttles)) == (None, ("/dev/vd*",),
-                                                                                {"ThrottleReadBps": 512_000})
+                                                                                {"ThrottleReadBps": "512k"})
     assert s.raw["blockio"]["Classes"]["slow"][0]["Weight"] == "80"  # the mapping keeps the value as written
     assert ConfigSections().rdt.mode == "Full" and ConfigSections().blockio.classes == {}
