@@ -10,7 +10,15 @@ import sys
 from admission.validate import SHOOT_LABEL, review
 from resmgr.logsetup import setup_logging_from_args
 from resmgr.options import add_logging_arguments
-from resmgr.webhook_http import HEALTH_PATH, AdmissionServer, ServerSettings, serve_until_stopped, tls_context
+from resmgr.webhook_http import (
+    HEALTH_PATH,
+    AdmissionServer,
+    ServerSettings,
+    add_server_arguments,
+    serve_until_stopped,
+    server_settings,
+    tls_context,
+)
 
 log = logging.getLogger("admission")
 
@@ -50,16 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = ServerSettings(port=10250)
     p = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--address", default=d.address, help="address to listen on (default: all)")
-    p.add_argument("--port", type=int, default=d.port, help=f"HTTPS port (default: {d.port})")
-    p.add_argument("--cert-file", required=True, help="PEM serving certificate (with its chain)")
-    p.add_argument("--key-file", required=True, help="PEM private key of the serving certificate")
-    p.add_argument("--max-body-bytes", type=int, default=d.max_body,
-                   help=f"larger requests are refused with 413 (default: {d.max_body})")
-    p.add_argument("--timeout", type=float, default=d.timeout,
-                   help=f"seconds a client may take for the TLS handshake and each read (default: {d.timeout})")
-    p.add_argument("--max-concurrent", type=int, default=d.max_concurrent,
-                   help=f"requests served at once; more get 503 (default: {d.max_concurrent})")
+    add_server_arguments(p, d)
     add_logging_arguments(p, default_format="json")
     return p
 
@@ -67,9 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging_from_args(args, root_package="admission")
-    settings = ServerSettings(address=args.address, port=args.port, cert_file=args.cert_file,
-                              key_file=args.key_file, max_body=args.max_body_bytes, timeout=args.timeout,
-                              max_concurrent=args.max_concurrent)
+    settings = server_settings(args)
     try:
         server = AdmissionServer(settings, {VALIDATE_PATH: review}, tls_context(args.cert_file, args.key_file))
     except (OSError, ssl.SSLError) as err:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from installer import in_cluster
+
 log = logging.getLogger("installer.node_label")
 
 FRONTEND_LABEL = "cri-resmgr.gardener.cloud/frontend"  # extension/installation.py FRONTEND_LABEL (tested to agree)
@@ -57,12 +59,7 @@ def in_cluster_labeler(node: str) -> NodeLabeler | None:
     """A labeler over the pod's ServiceAccount, or None (with a warning) outside a cluster."""
     if not node:
         return None
-    from kubernetes import client, config
+    from kubernetes import client
 
-    cfg = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=cfg)
-    except config.ConfigException as exc:
-        log.warning("no node label: no in-cluster ServiceAccount (%s)", exc)
-        return None
-    return NodeLabeler(client.CoreV1Api(client.ApiClient(cfg)), node)
+    api = in_cluster.api_client("no node label")
+    return None if api is None else NodeLabeler(client.CoreV1Api(api), node)

@@ -12,6 +12,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+from installer import in_cluster
 from noderecord import NAMESPACE, STATES, NodeRecord, lease_name
 
 log = logging.getLogger("installer.node_recorder")
@@ -78,12 +79,7 @@ def in_cluster_recorder(node: str, digest: str) -> NodeRecorder | None:
         log.warning("no node record: %s is not set (the chart sets NODE_NAME and CRI_RESMGR_INSTALLER_DIGEST); "
                     "the extension cannot see this node's state", "the node name" if not node else "the digest")
         return None
-    from kubernetes import client, config
+    from kubernetes import client
 
-    cfg = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=cfg)
-    except config.ConfigException as exc:
-        log.warning("no node record: no in-cluster ServiceAccount (%s)", exc)
-        return None
-    return NodeRecorder(client.CoordinationV1Api(client.ApiClient(cfg)), node, digest)
+    api = in_cluster.api_client("no node record")
+    return None if api is None else NodeRecorder(client.CoordinationV1Api(api), node, digest)

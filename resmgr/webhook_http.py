@@ -10,6 +10,7 @@ Each POST path maps to a plain function: the AdmissionReview's ``request`` in, t
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import signal
@@ -68,6 +69,26 @@ class ServerSettings:
     max_body: int = 8 * 1024 * 1024
     timeout: float = 10.0
     max_concurrent: int = 16
+
+
+def add_server_arguments(p: argparse.ArgumentParser, defaults: ServerSettings) -> None:
+    """The serving flags both webhook programs take (address, port, certificate, limits)."""
+    p.add_argument("--address", default=defaults.address, help="address to listen on (default: all)")
+    p.add_argument("--port", type=int, default=defaults.port, help=f"HTTPS port (default: {defaults.port})")
+    p.add_argument("--cert-file", required=True, help="PEM serving certificate (with its chain)")
+    p.add_argument("--key-file", required=True, help="PEM private key of the serving certificate")
+    p.add_argument("--max-body-bytes", type=int, default=defaults.max_body,
+                   help=f"larger requests are refused with 413 (default: {defaults.max_body})")
+    p.add_argument("--timeout", type=float, default=defaults.timeout,
+                   help=f"seconds a client may take for the TLS handshake and each read (default: {defaults.timeout})")
+    p.add_argument("--max-concurrent", type=int, default=defaults.max_concurrent,
+                   help=f"requests served at once; more get 503 (default: {defaults.max_concurrent})")
+
+
+def server_settings(args: argparse.Namespace) -> ServerSettings:
+    """The settings ``add_server_arguments``' flags give."""
+    return ServerSettings(address=args.address, port=args.port, cert_file=args.cert_file, key_file=args.key_file,
+                          max_body=args.max_body_bytes, timeout=args.timeout, max_concurrent=args.max_concurrent)
 
 
 def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:

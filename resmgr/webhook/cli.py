@@ -10,7 +10,7 @@ import sys
 from resmgr.logsetup import setup_logging_from_args
 from resmgr.options import add_logging_arguments
 from resmgr.webhook.server import HEALTH_PATH, MUTATE_PATH, ServerSettings, WebhookServer, tls_context
-from resmgr.webhook_http import serve_until_stopped
+from resmgr.webhook_http import add_server_arguments, serve_until_stopped, server_settings
 
 log = logging.getLogger("resmgr.webhook")
 
@@ -37,16 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = ServerSettings()
     p = argparse.ArgumentParser(prog="cri-resmgr-webhook", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--address", default=d.address, help="address to listen on (default: all)")
-    p.add_argument("--port", type=int, default=d.port, help=f"HTTPS port (default: {d.port})")
-    p.add_argument("--cert-file", required=True, help="PEM serving certificate (with its chain)")
-    p.add_argument("--key-file", required=True, help="PEM private key of the serving certificate")
-    p.add_argument("--max-body-bytes", type=int, default=d.max_body,
-                   help=f"larger requests are refused with 413 (default: {d.max_body})")
-    p.add_argument("--timeout", type=float, default=d.timeout,
-                   help=f"seconds a client may take for the TLS handshake and each read (default: {d.timeout})")
-    p.add_argument("--max-concurrent", type=int, default=d.max_concurrent,
-                   help=f"requests served at once; more get 503 (default: {d.max_concurrent})")
+    add_server_arguments(p, d)
     add_logging_arguments(p, default_format="json")
     return p
 
@@ -54,9 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging_from_args(args, root_package="resmgr")
-    settings = ServerSettings(address=args.address, port=args.port, cert_file=args.cert_file,
-                              key_file=args.key_file, max_body=args.max_body_bytes, timeout=args.timeout,
-                              max_concurrent=args.max_concurrent)
+    settings = server_settings(args)
     try:
         server = WebhookServer(settings, tls_context(args.cert_file, args.key_file))
     except (OSError, ssl.SSLError) as err:
