@@ -100,7 +100,8 @@ def build_registry(h: Reconciler) -> kopf.OperatorRegistry:
     @kopf.timer(**res, id="base-configs", interval=h.settings.base_configs_interval, when=wants_health,
                 initial_delay=min(5.0, h.settings.base_configs_interval))
     def on_base_configs(body: Any, **_: Any) -> None:
-        h.check_base_configs(dict(body))
+        if not h.check_base_configs(dict(body)):
+            h.check_config_rollout(dict(body))
 
     if ignore:
         # Gardener's library also watches Clusters in this mode (hibernation, versions, workers).

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from extension import base_configs, node_proof
+from extension import base_configs, config_rollout, node_proof
 from extension import constants as c
 from extension.actuator import Actuator, UninstallTimeout
 from extension.errors import ConfigurationError, RetryLater, WaitingError
@@ -227,6 +227,29 @@ class Reconciler:
         if reason is None or self.is_busy(ns, name):
             return False
         return base_configs.request_reconcile(self.apis, ex, reason)
+
+    def check_config_rollout(self, body: dict[str, Any]) -> bool:
+        """Periodic, per Extension: request a reconcile while a config rollout waits for its canaries, so that it is
+        judged again (promoted or stopped) as Gardener's reconciler requeues a wait. kopf's retry of the waiting
+        reconcile was seen lost on the landscape when an operation annotation had started it (a base configs
+        change): the canaries applied, and nothing promoted the candidate."""
+        if not self._rollout_waits(body):
+            return False
+        meta = body.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        ex = self._fresh(ns, name)  # the event body may be stale: judge the live object
+        if ex is None or not self._rollout_waits(ex) or self.is_busy(ns, name):
+            return False
+        state = config_rollout.RolloutState.from_extension(ex)
+        return base_configs.request_reconcile(self.apis, ex, f"config rollout {state.attempt if state else ''} "
+                                                             "waits for its canaries")
+
+    @staticmethod
+    def _rollout_waits(body: dict[str, Any]) -> bool:
+        state = config_rollout.RolloutState.from_extension(body)
+        return (state is not None and bool(state.candidate) and not state.stopped
+                and status.last_operation_of(body).get("state") == status.PROCESSING
+                and not status.operation_annotation(body))
 
     def delete(self, namespace: str, name: str, runtime_seconds: float, retry: int = 0) -> str | None:
         with self._working(namespace, name):

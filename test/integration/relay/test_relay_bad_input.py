@@ -83,7 +83,11 @@ def test_deadline_is_propagated(containerd, relay_ep, tmp_path):
         stub = api_pb2_grpc.RuntimeServiceStub(channel)
         with pytest.raises(grpc.RpcError) as err:
             stub.ExecSync(api_pb2.ExecSyncRequest(container_id=cid, cmd=["sleep", "30"]), timeout=1)
-        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # Either the client's deadline ran out first, or containerd's own context did (it got the deadline through
+        # the relay) while it killed the exec, which it answers as UNKNOWN naming the deadline: seen under load in CI.
+        code, details = err.value.code(), err.value.details() or ""
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED or (
+            code == grpc.StatusCode.UNKNOWN and "context deadline exceeded" in details), (code, details)
         ok = stub.ExecSync(api_pb2.ExecSyncRequest(container_id=cid, cmd=["echo", "still-here"]), timeout=30)
         assert ok.stdout == b"still-here\n"
 
