@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from fixtures.seed_api import SeedAPI
 from fixtures.tiers import tier_of
 from fixtures.workers import GroupScheduling
 
+from devland.node import own_cgroup_name, remove_cgroups
 from devland.systemd_node import SystemdNode, extract_rootfs
 from devland.tools import Tools, find_tools
 
@@ -105,8 +107,11 @@ def systemd_node_factory(node_rootfs: Path, tmp_path: Path) -> Iterator[Callable
 
     def make(binds: list[tuple[str, str]] | None = None, ro_binds: list[tuple[str, str]] | None = None,
              name: str | None = None) -> SystemdNode:
+        node_name = name or f"node{len(nodes)}-{tmp_path.name[-8:]}".replace("_", "-")
+        # A cgroup of its own (as every landscape node has): parallel test workers share one caller cgroup, and a
+        # node stopping there removed the shared "payload" under another's unit starting (219/CGROUP, seen in CI).
         node = SystemdNode(node_rootfs, tmp_path / f"node{len(nodes)}", binds=binds, ro_binds=ro_binds,
-                           name=name or f"node{len(nodes)}-{tmp_path.name[-8:]}".replace("_", "-"))
+                           name=node_name, own_cgroup=own_cgroup_name(_test_cgroup_root(node_name)))
         node.workdir.mkdir(parents=True, exist_ok=True)
         nodes.append(node)
         node.boot()
@@ -115,6 +120,11 @@ def systemd_node_factory(node_rootfs: Path, tmp_path: Path) -> Iterator[Callable
     yield make
     for node in nodes:
         node.poweroff()
+        remove_cgroups(_test_cgroup_root(node.name))
+
+
+def _test_cgroup_root(node_name: str) -> str:
+    return f"crl-test-{node_name}-{os.getpid()}"
 
 
 @pytest.fixture
