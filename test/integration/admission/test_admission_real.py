@@ -9,18 +9,14 @@ from __future__ import annotations
 import http.client
 import json
 import signal
-import ssl
-import sys
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
-
-from devland.procs import Process, free_port
-from extension.webhook_certs import ensure_certs
+from fixtures.tls_server import TlsServer, start_tls_server
 
 pytestmark = pytest.mark.integration
 
-BIN = Path(sys.executable).parent
+PROGRAM = "gardener-extension-admission-cri-resmgr"
 PATH = "/webhooks/cri-resmgr"
 LABEL = "extensions.extensions.gardener.cloud/cri-resmgr-extension"
 
@@ -45,39 +41,16 @@ def ours(configs: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def admission(tmp_path_factory):
-    d = tmp_path_factory.mktemp("admission")
-    certs, _ = ensure_certs(None, ["localhost"])
-    (d / "tls.crt").write_bytes(certs.cert)
-    (d / "tls.key").write_bytes(certs.key)
-    port = free_port()
-    proc = Process("admission", [
-        str(BIN / "gardener-extension-admission-cri-resmgr"), "--address", "127.0.0.1", "--port", str(port),
-        "--cert-file", str(d / "tls.crt"), "--key-file", str(d / "tls.key")], d)
-    ctx = ssl.create_default_context(cadata=certs.ca_bundle.decode())
-
-    def healthy() -> bool:
-        try:
-            return get(port, ctx, "/healthz")[0] == 200
-        except OSError:
-            return False
-    proc.wait_until(healthy, "/healthz", 60)
+def admission(tmp_path_factory) -> Iterator[TlsServer]:
+    server = start_tls_server(PROGRAM, tmp_path_factory.mktemp("admission"))
     try:
-        yield proc, port, ctx
+        yield server
     finally:
-        proc.stop()
+        server.proc.stop()
 
 
-def get(port: int, ctx: ssl.SSLContext, path: str) -> tuple[int, bytes]:
-    conn = http.client.HTTPSConnection("localhost", port, context=ctx, timeout=10)
-    conn.request("GET", path)
-    r = conn.getresponse()
-    return r.status, r.read()
-
-
-def post(admission, body: bytes, path: str = PATH + "?timeout=10s") -> tuple[int, bytes]:
-    _, port, ctx = admission
-    conn = http.client.HTTPSConnection("localhost", port, context=ctx, timeout=10)
+def post(admission: TlsServer, body: bytes, path: str = PATH + "?timeout=10s") -> tuple[int, bytes]:
+    conn = http.client.HTTPSConnection("localhost", admission.port, context=admission.ctx, timeout=10)
     conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
     r = conn.getresponse()
     return r.status, r.read()
@@ -96,7 +69,7 @@ def test_a_bad_config_is_denied_naming_the_field(admission):
     assert response["uid"] == "uid-1" and response["allowed"] is False
     assert response["status"]["message"].startswith("spec.extensions[1].providerConfig.configs.default.policy"), \
         response
-    proc = admission[0]
+    proc = admission.proc
     lines = [json.loads(line) for line in proc.log_path.read_text().splitlines() if line.startswith("{")]
     assert any(e["msg"] == "refused shoot" and e.get("shoot") == "s1" for e in lines), proc.log_tail()
 
@@ -116,13 +89,7 @@ def test_bad_requests_are_refused(admission):
 
 
 def test_sigterm_stops_it_cleanly(tmp_path):
-    certs, _ = ensure_certs(None, ["localhost"])
-    (tmp_path / "tls.crt").write_bytes(certs.cert)
-    (tmp_path / "tls.key").write_bytes(certs.key)
-    port = free_port()
-    proc = Process("admission-term", [
-        str(BIN / "gardener-extension-admission-cri-resmgr"), "--address", "127.0.0.1", "--port", str(port),
-        "--cert-file", str(tmp_path / "tls.crt"), "--key-file", str(tmp_path / "tls.key")], tmp_path)
+    proc = start_tls_server(PROGRAM, tmp_path, wait_healthy=False).proc
     try:
         proc.wait_until(lambda: '"msg": "serving"' in proc.log_path.read_text(), "serving", 60)
         proc.popen.send_signal(signal.SIGTERM)

@@ -7,39 +7,20 @@ patching that node and its status is allowed, any other node is denied by the ad
 
 from __future__ import annotations
 
-import json
-import ssl
-import urllib.error
-import urllib.request
-from typing import NamedTuple
-
-from integration.extension.pod_bound_token import first_denial, pod_bound_token
+from integration.extension.pod_bound_token import Result, first_denial, patch_node, pod_bound_token
 from integration.extension.test_extension_charts import INSTALL_CHART, INSTALL_VALUES, helm
 
 POLICY = "cri-resmgr-agent-own-node"
-
-
-class Result(NamedTuple):
-    returncode: int  # 0, or the HTTP status of the refusal
-    stderr: str
 
 
 def test_agent_can_patch_its_own_node_only(tools, seed_api):
     with pod_bound_token(tools, seed_api, policy=POLICY, service_account="cri-resmgr-agent",
                          container="agent") as (own, other, token, suffix):
         def patch(node: str, *, status: bool = False) -> Result:
-            """A merge patch as the agent sends it (no GET first), with the agent's token."""
+            """A merge patch as the agent sends it, with the agent's token."""
             body = ({"status": {"capacity": {"example.com/thing": "1"}}} if status
                     else {"metadata": {"annotations": {"cri-resource-manager.intel.com/test": suffix}}})
-            req = urllib.request.Request(
-                f"{seed_api.url}/api/v1/nodes/{node}{'/status' if status else ''}", method="PATCH",
-                data=json.dumps(body).encode(),
-                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"})
-            try:
-                with urllib.request.urlopen(req, context=ssl._create_unverified_context(), timeout=30):
-                    return Result(0, "")
-            except urllib.error.HTTPError as err:
-                return Result(err.code, err.read().decode(errors="replace"))
+            return patch_node(seed_api.url, token, node, body, status=status)
 
         # The policy takes effect once the API server has loaded it: wait for the first denial.
         denied = first_denial(lambda: patch(other), denied=lambda r: r.returncode != 0, undo=lambda: None)

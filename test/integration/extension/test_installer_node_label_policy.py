@@ -3,22 +3,13 @@ real API server with a pod-bound token, as test_agent_node_policy.py shows the a
 
 from __future__ import annotations
 
-import json
-import ssl
-import urllib.error
-import urllib.request
-from typing import Any, NamedTuple
+from typing import Any
 
-from integration.extension.pod_bound_token import first_denial, pod_bound_token
+from integration.extension.pod_bound_token import Result, first_denial, patch_node, pod_bound_token
 from integration.extension.test_extension_charts import INSTALL_CHART, INSTALL_VALUES, helm
 
 POLICY = "cri-resmgr-installer-node-label"
 LABEL = "cri-resmgr.gardener.cloud/frontend"
-
-
-class Result(NamedTuple):
-    returncode: int  # 0, or the HTTP status of the refusal
-    stderr: str
 
 
 def test_installer_can_set_the_frontend_label_of_its_own_node_only(tools, seed_api):
@@ -26,14 +17,7 @@ def test_installer_can_set_the_frontend_label_of_its_own_node_only(tools, seed_a
                          container="installer") as (own, other, token, suffix):
         def patch(node: str, body: dict[str, Any]) -> Result:
             """A merge patch as installer/node_label.py sends it, with the installer's token."""
-            req = urllib.request.Request(
-                f"{seed_api.url}/api/v1/nodes/{node}", method="PATCH", data=json.dumps(body).encode(),
-                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"})
-            try:
-                with urllib.request.urlopen(req, context=ssl._create_unverified_context(), timeout=30):
-                    return Result(0, "")
-            except urllib.error.HTTPError as err:
-                return Result(err.code, err.read().decode(errors="replace"))
+            return patch_node(seed_api.url, token, node, body)
 
         def label(value: str | None) -> dict[str, Any]:
             return {"metadata": {"labels": {LABEL: value}}}

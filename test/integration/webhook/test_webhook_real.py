@@ -5,26 +5,20 @@ from __future__ import annotations
 
 import base64
 import json
-import ssl
-import sys
-import urllib.request
 import uuid
-from pathlib import Path
 
 import pytest
+from fixtures.tls_server import start_tls_server
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from unit.resmgr.cri_requests import create_request, pod_config
 
-from devland.procs import Process, free_port
 from devland.waiting import wait_until
-from extension.webhook_certs import ensure_certs
 from resmgr.model.annotation_budget import RESOURCES_ANNOTATION
 from resmgr.model.resources import container_from_create_request
 
 pytestmark = pytest.mark.integration
 
-BIN = Path(sys.executable).parent
 WEBHOOK_NAME = "cri-resmgr-webhook.test.local"
 
 
@@ -37,20 +31,11 @@ def pod(name: str) -> dict:
 
 @pytest.fixture
 def webhook(tmp_path):
-    certs, _ = ensure_certs(None, ["localhost"])
-    (tmp_path / "tls.crt").write_bytes(certs.cert)
-    (tmp_path / "tls.key").write_bytes(certs.key)
-    port = free_port()
-    proc = Process("cri-resmgr-webhook", [
-        str(BIN / "cri-resmgr-webhook"), "--address", "127.0.0.1", "--port", str(port),
-        "--cert-file", str(tmp_path / "tls.crt"), "--key-file", str(tmp_path / "tls.key")], tmp_path)
-    ctx = ssl.create_default_context(cadata=certs.ca_bundle.decode())
-    proc.wait_until(lambda: urllib.request.urlopen(f"https://localhost:{port}/healthz", context=ctx,
-                                                   timeout=5).status == 200, "/healthz", 60)
+    server = start_tls_server("cri-resmgr-webhook", tmp_path)
     try:
-        yield proc, port, certs
+        yield server.proc, server.port, server.certs
     finally:
-        proc.stop()
+        server.proc.stop()
 
 
 def test_pod_created_through_the_api_is_annotated_and_estimated_from_it(seed_api, webhook):
