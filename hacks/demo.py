@@ -21,7 +21,11 @@ every component but gardenlet is the real one (see hacks/landscape.py and the RE
 With --mode nri, cri-resmgr runs as containerd 2's NRI plugin instead (providerConfig ``mode: nri``): step 2 rolls
 out the NRI installer and the plugin's DaemonSet, step 3 checks that kubelet stays on containerd (nothing is
 repointed) while the agent delivers the config to the plugin, and steps 4, 5 and 8 are the same checks: the cpusets
-come from the plugin's adjustments and updates through containerd.
+come from the plugin's adjustments and updates through containerd. Three steps more show what NRI mode is for:
+  4a. the shoot switched to the relay live (``mode: relay``), no drain: the NRI DaemonSets go, kubelet is repointed,
+      and the pinned pod keeps its container and its exclusive CPU;
+  4b. and back to NRI the same way;
+  4c. the plugin killed (SIGKILL) while pods start on its node: every pod starts, and the plugin comes back.
 
 It prints a summary table and stops everything it started (unless --keep).
 """
@@ -29,6 +33,7 @@ It prints a summary table and stops everything it started (unless --keep).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -141,34 +146,33 @@ class Demo:
                                                if p["status"].get("phase") == "Running"))
 
     def repointed(self) -> str:
-        if self.mode == NRI:
-            return self.plugged_in()
-        for r in self.runners:
-            shoot_ops.wait_until(f"{r.node} on the relay", shoot_ops.installed_check(r), 300, 1)
+        eps = self.on_frontend(self.mode)
         self.enable_to_relay = time.monotonic() - self.t_enable
-        self.wait_config_applied()
-        eps = {r.node: shoot_ops.node_kubelet_endpoint(r) for r in self.runners}
+        if self.mode == NRI:
+            return (f"kubelet endpoints {eps} (containerd's own: nothing repointed); enable -> the NRI plugin "
+                    f"configured on every node in {self.enable_to_relay:.1f}s")
         return f"kubelet endpoints {eps}; enable -> every node on the relay in {self.enable_to_relay:.1f}s"
 
-    def plugged_in(self) -> str:
-        """NRI mode: the node is labelled for the plugin, the agent pushed the config to it, and kubelet was never
+    def on_frontend(self, mode: str) -> dict[str, str]:
+        """Wait until every node runs cri-resmgr in ``mode`` with the agent's config applied; kubelet's endpoint
+        by node. The relay: kubelet repointed at it. NRI: the node labelled for the plugin, and kubelet never
         repointed (no relay unit, kubelet still on containerd's socket)."""
         for r in self.runners:
             def labelled(n=r.node) -> tuple[bool, str]:
                 labels = self.land.shoot.get_json("node", n)["metadata"].get("labels") or {}
-                return labels.get(FRONTEND_LABEL) == NRI, f"{n}: {FRONTEND_LABEL}={labels.get(FRONTEND_LABEL)}"
-            shoot_ops.wait_until(f"{r.node} labelled for the NRI plugin", labelled, 300, 1)
+                return labels.get(FRONTEND_LABEL) == mode, f"{n}: {FRONTEND_LABEL}={labels.get(FRONTEND_LABEL)}"
+            if mode == RELAY:
+                shoot_ops.wait_until(f"{r.node} on the relay", shoot_ops.installed_check(r), 300, 1)
+            shoot_ops.wait_until(f"{r.node} labelled {FRONTEND_LABEL}={mode}", labelled, 300, 1)
         self.wait_config_applied()
-        self.enable_to_relay = time.monotonic() - self.t_enable
-        for r in self.runners:
-            state = shoot_ops.node_state(r)
-            if state["unit_installed"] or state["kubelet_endpoint"] != shoot_ops.normalize_endpoint(
-                    shoot_ops.CONTAINERD_ENDPOINT):
-                raise RuntimeError(f"{r.node}: NRI mode touched kubelet: {state['kubelet_endpoint']}, "
-                                   f"relay unit installed: {state['unit_installed']}")
-        eps = {r.node: shoot_ops.node_kubelet_endpoint(r) for r in self.runners}
-        return (f"kubelet endpoints {eps} (containerd's own: nothing repointed); enable -> the NRI plugin configured "
-                f"on every node in {self.enable_to_relay:.1f}s")
+        if mode == NRI:
+            for r in self.runners:
+                state = shoot_ops.node_state(r)
+                if state["unit_installed"] or state["kubelet_endpoint"] != shoot_ops.normalize_endpoint(
+                        shoot_ops.CONTAINERD_ENDPOINT):
+                    raise RuntimeError(f"{r.node}: NRI mode touched kubelet: {state['kubelet_endpoint']}, "
+                                       f"relay unit installed: {state['unit_installed']}")
+        return {r.node: shoot_ops.node_kubelet_endpoint(r) for r in self.runners}
 
     def wait_config_applied(self) -> None:
         for r in self.runners:
@@ -197,10 +201,62 @@ class Demo:
                 f"(node has {self.all_cpus}; the {len(others)} other containers there: "
                 f"{','.join(sorted(set(others.values())))}); Event {event['reason']}: {event['message']}")
 
+    def switch_mode(self, mode: str) -> str:
+        """A live mode switch (providerConfig ``mode``), no drain: the old mode's DaemonSets go, the new ones roll
+        out, and the pinned pod keeps its container and its exclusive CPU (docs/operations/nri-mode-switch.md)."""
+        shoot, node = self.land.shoot, self.nodes[0]
+        pod = wait_pod_running(shoot, "demo-pinned")
+        cid = pod["status"]["containerStatuses"][0]["containerID"]
+        _, cpus = container_cpuset(node, pod)
+        t0 = time.monotonic()
+        self.gardenlet.reconcile(provider_config(DEFAULT_CONFIG, mode))
+        self.gardenlet.wait_ready(300)
+        for ds in DAEMONSETS[mode]:
+            shoot_ops.wait_until(f"{ds} rolled out", lambda ds=ds: daemonset_rolled_out(shoot, ds), 300, 1)
+        for ds in sorted(set(DAEMONSETS[RELAY] + DAEMONSETS[NRI]) - set(DAEMONSETS[mode])):
+            shoot_ops.wait_until(f"{ds} removed", lambda ds=ds: daemonset_gone(shoot, ds), 300, 1)
+        eps = self.on_frontend(mode)
+        took = time.monotonic() - t0
+        after = wait_pod_running(shoot, "demo-pinned")
+        status = after["status"]["containerStatuses"][0]
+        if status["containerID"] != cid or status.get("restartCount", 0):
+            raise RuntimeError(f"demo-pinned's container changed in the switch: {cid} -> {status['containerID']}, "
+                               f"{status.get('restartCount')} restarts")
+        now, others = exclusive_cpus(node, after)
+        if now != cpus:
+            raise RuntimeError(f"demo-pinned's CPUs changed in the switch to {mode}: {cpus} -> {now}")
+        return (f"every node on {mode} in {took:.1f}s (kubelet endpoints {eps}); demo-pinned kept container "
+                f"{cid.split('://')[-1][:12]} and its exclusive cpuset.cpus={now} ({len(others)} other containers)")
+
+    def plugin_killed(self) -> str:
+        """The plugin of a node killed (SIGKILL) while pods start there: the pods still start, and the plugin comes
+        back and synchronizes (a dead plugin costs placement, never pod starts)."""
+        shoot, node = self.land.shoot, self.nodes[-1]
+        names = [f"demo-start-{i}" for i in range(4)]
+        plugin = plugin_pod(shoot, node.name)
+        restarts = plugin["status"]["containerStatuses"][0].get("restartCount", 0)
+        for name in names[:2]:
+            shoot.run("apply", "-f", "-", input=_json(burstable_pod(name, node.name)))
+        pid = json.loads(node.node.run(["crictl", "inspect", container_id(plugin)]).stdout)["info"]["pid"]
+        node.node.run(["kill", "-KILL", str(pid)])
+        for name in names[2:]:
+            shoot.run("apply", "-f", "-", input=_json(burstable_pod(name, node.name)))
+        for name in names:
+            wait_pod_running(shoot, name)
+
+        def back() -> tuple[bool, str]:
+            p = plugin_pod(shoot, node.name)
+            st = (p["status"].get("containerStatuses") or [{}])[0]
+            return st.get("restartCount", 0) > restarts and bool(st.get("ready")), f"plugin: {json.dumps(st)[:300]}"
+        shoot_ops.wait_until("the plugin restarted and Ready", back, 180, 1)
+        shoot.run("delete", "pod", *names, "--wait=false")
+        return (f"plugin pid {pid} on {node.name} killed while {len(names)} pods started: all Running; the plugin "
+                f"restarted ({restarts} -> {restarts + 1}+ restarts) and Ready")
+
     def config_change(self) -> str:
         node = self.nodes[0]
         before = self.land.shoot.get_json("node", node.name)["metadata"]["annotations"].get(shoot_ops.CONFIG_SOURCE)
-        self.gardenlet.reconcile(provider_config(UNPINNED_CONFIG))
+        self.gardenlet.reconcile(provider_config(UNPINNED_CONFIG, self.mode))
         self.gardenlet.wait_ready(300)
 
         def pushed() -> tuple[bool, str]:
@@ -255,6 +311,11 @@ class Demo:
                 self.step("3. installer pods repoint each node's kubelet" if self.mode == RELAY else
                           "3. NRI plugin on every node, kubelet untouched", self.repointed)
                 self.step("4. Guaranteed pod on an exclusive CPU (host cgroups)", self.pinned)
+                if self.mode == NRI:
+                    self.step("4a. live switch to the relay, no drain: the pinned pod keeps its CPU",
+                              lambda: self.switch_mode(RELAY))
+                    self.step("4b. and back to NRI", lambda: self.switch_mode(NRI))
+                    self.step("4c. NRI plugin killed while pods start: the pods start", self.plugin_killed)
                 self.step("5. changed default config switches the policy", self.config_change)
                 self.step("6+7. disable: uninstall roll", self.disable)
                 self.step("8. nodes restored, workloads Running", self.restored)
@@ -282,9 +343,24 @@ class Demo:
         return 0 if ok else 1
 
 
-def _json(obj: dict) -> str:
-    import json
+def daemonset_gone(shoot, name: str) -> tuple[bool, str]:
+    r = shoot.run("get", "daemonset", "-n", "kube-system", name, "-o", "name", check=False)
+    return r.returncode != 0 and "NotFound" in r.stderr, f"daemonset {name}: {r.stdout.strip() or r.stderr.strip()}"
 
+
+def plugin_pod(shoot, node: str) -> dict:
+    pods = shoot.get_json("pods", "-n", "kube-system", "-l", "app.kubernetes.io/name=cri-resmgr-nri",
+                          "--field-selector", f"spec.nodeName={node}")["items"]
+    if len(pods) != 1:
+        raise RuntimeError(f"{len(pods)} cri-resmgr-nri pods on {node}")
+    return pods[0]
+
+
+def container_id(pod: dict) -> str:
+    return pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+
+
+def _json(obj: dict) -> str:
     return json.dumps(obj)
 
 
