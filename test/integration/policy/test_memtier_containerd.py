@@ -16,7 +16,6 @@ from fixtures.placement import FRONTENDS
 from fixtures.sysfs_builder import THIS_MACHINE_PMEM0
 
 from devland.waiting import eventually
-from resmgr.relay.hooks import ContainerUpdate
 
 pytestmark = pytest.mark.integration
 
@@ -29,13 +28,7 @@ CS = "cold-start.cri-resource-manager.intel.com"
 def test_memory_type_and_cold_start_reach_the_cgroups(node_factory) -> None:
     node = node_factory(MEMTIER, THIS_MACHINE_PMEM0)
     assert node.rm.topology.memory_types == {0: "PMEM", 1: "DRAM"}
-    sent: list[ContainerUpdate] = []
-
-    def send(updates: list[ContainerUpdate], why: str) -> None:
-        sent.extend(updates)
-        node.apply_updates(updates, why)
-
-    node.rm.outbox.bind(send)
+    sent = node.sent  # the outbox's updates, as the node's front end sent them
     pm = node.run("pm", "guaranteed", annotations={f"{MT}/pod": "pmem"})
     cold = node.run("cold", "burstable", annotations={f"{CS}/pod": "duration: 2s"})
     assert node.rm.placements()[pm][1] == "0" and node.containerd.cgroup_mems(pm) == "0"
