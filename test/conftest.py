@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from fixtures import hypothesis_profiles
-from fixtures.containerd import Containerd, running_containerd, runtime_from_env
+from fixtures.containerd import CONTAINERD2, Containerd, running_containerd, runtime_from_env
 from fixtures.seed_api import SeedAPI
 from fixtures.tiers import tier_of
 from fixtures.workers import GroupScheduling
@@ -91,6 +91,14 @@ def seed_api(tools: Tools) -> Iterator[SeedAPI]:
 def containerd(tools: Tools) -> Iterator[Containerd]:
     """Debian's containerd 1.6, or containerd 2 with CRI_RESMGR_TEST_CONTAINERD=containerd2."""
     with running_containerd(tools, "ctrd-", runtime=runtime_from_env()) as ctrd:
+        yield ctrd
+
+
+@pytest.fixture(scope="module")
+def nri_containerd(tools: Tools) -> Iterator[Containerd]:
+    """containerd 2 with NRI on and its NRI socket private (``<workdir>/nri/nri.sock``), for a module's tests
+    that register cri-resmgr as its NRI plugin; per module, as a test may restart it."""
+    with running_containerd(tools, "ctrd-nri-", runtime=CONTAINERD2, nri=True) as ctrd:
         yield ctrd
 
 

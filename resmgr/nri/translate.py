@@ -67,7 +67,8 @@ def create_container(pod: nri.PodSandbox, container: nri.Container
 
 
 def adjustment(original: cri.CreateContainerRequest, decided: cri.CreateContainerRequest) -> nri.ContainerAdjustment:
-    """What the hook changed in a create request, as an NRI adjustment: cpuset, memory nodes, annotations, env.
+    """What the hook changed in a create request, as an NRI adjustment: cpuset, memory nodes, annotations, env,
+    and the command line (static-pools drops ``cmk isolate ...`` from it).
 
     Only changes are sent: containerd refuses an adjustment that two plugins both make, so what we did not
     decide stays with whoever did.
@@ -85,6 +86,12 @@ def adjustment(original: cri.CreateContainerRequest, decided: cri.CreateContaine
     for kv in decided.config.envs:
         if old_env.get(kv.key) != kv.value:
             adjust.env.add(key=kv.key, value=kv.value)
+    # NRI's args are the process's whole argv (``_container_config`` read them as the command), and an
+    # adjustment's args replace it (containerd/nri pkg/adaptation/result.go, adjustArgs); a leading "" would
+    # mean "clear another plugin's args" there, so an argv starting with "" is not sent.
+    command = [*decided.config.command, *decided.config.args]
+    if command != [*original.config.command, *original.config.args] and command and command[0]:
+        adjust.args.extend(command)
     return adjust
 
 

@@ -2,6 +2,8 @@
 
 crictl talks to containerd's own socket; containerd calls our plugin over its private NRI socket. The
 resource manager decides on a fake sysfs tree of this machine's shape (2 CPUs), as in the policy tests.
+Every policy's placements through NRI are in test/integration/policy (each policy's scenario parametrized
+over both front ends); here are the plugin's own ways: restarts, the real program, a switch of front ends.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,73 +19,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fixtures.containerd import CONTAINERD2, Containerd, running_containerd
+from fixtures.containerd import Containerd
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
+from fixtures.placement import NRI, SHAPES, Node
 from fixtures.sysfs_builder import THIS_MACHINE, build_sysfs
 from integration.relay.relay_process import RelayProcess
 
 import resmgr
 from devland.procs import Process, unix_socket_answers
 from devland.waiting import eventually
-from resmgr.config import validate_config_text
-from resmgr.manager.resource_manager import ResourceManager
-from resmgr.nri.frontend import NriFrontend
-from resmgr.relay.metrics import RelayMetrics
-from resmgr.topology import discover_topology, format_cpuset
+from resmgr.topology import format_cpuset
 
 STATIC = "policy:\n  Active: static\n  ReservedResources:\n    cpu: 1\n"
-TOPOLOGY_AWARE = "policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: cpuset:0\n"
-PERIOD = 100_000
-SHAPES = {"guaranteed": {"cpu_shares": 1024, "cpu_quota": PERIOD, "cpu_period": PERIOD, "memory_limit": 64 << 20},
-          "besteffort": {"cpu_shares": 2}}
 
 
 @pytest.fixture(scope="module")
-def ctrd2(tools) -> Iterator[Containerd]:
-    with running_containerd(tools, "ctrd-nri-", runtime=CONTAINERD2, nri=True) as ctrd:
-        yield ctrd
-
-
-class Plugin:
-    """A ResourceManager behind an NriFrontend in this process, registered with ``ctrd``."""
-
-    def __init__(self, ctrd: Containerd, workdir: Path, config_text: str) -> None:
-        self.ctrd, self.workdir = ctrd, workdir
-        self.sysfs = build_sysfs(workdir / "sysfs", THIS_MACHINE) if not (workdir / "sysfs").exists() \
-            else workdir / "sysfs"
-        self.config = validate_config_text(config_text)
-        self.decisions: list[tuple[str, float]] = []
-        self.syncs = 0
-        self.rm: ResourceManager | None = None
-        self.frontend: NriFrontend | None = None
-
-    def start(self) -> Plugin:
-        self.rm = ResourceManager(discover_topology(self.sysfs), relay_dir=self.workdir / "state",
-                                  fallback_config=self.config, sysfs_root=str(self.sysfs))
-        self.frontend = NriFrontend(self.rm, RelayMetrics(), str(self.ctrd.workdir / "nri" / "nri.sock"),
-                                    plugin_name="cri-resmgr-test", plugin_index="90",
-                                    observe=self._observe)
-        self.rm.outbox.bind(self.frontend.apply_updates)
-        self.frontend.start()
-        assert self.frontend.registered.wait(30), "did not register with containerd's NRI"
-        assert self.frontend.plugin.synchronized.wait(30), "containerd did not synchronize the plugin"
-        return self
-
-    def _observe(self, method: str, seconds: float) -> None:
-        self.decisions.append((method, seconds))
-        self.syncs += method == "Synchronize"
-
-    def stop(self) -> None:
-        if self.frontend is not None:
-            self.frontend.stop(grace=2)
-            self.frontend = None
-        if self.rm is not None:
-            self.rm.close()
-
-    def expected(self, cid: str) -> tuple[str, str]:
-        assert self.rm is not None
-        cpus, mems = self.rm.placements()[cid]
-        return (cpus or format_cpuset(self.rm.topology.online), mems or format_cpuset(self.rm.topology.nodes))
+def ctrd2(nri_containerd: Containerd) -> Containerd:
+    return nri_containerd
 
 
 def run(ctrd: Containerd, workdir: Path, name: str, qos: str) -> str:
@@ -104,53 +55,8 @@ def workdir(ctrd2: Containerd) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_static_policy_places_a_guaranteed_container_through_nri(ctrd2: Containerd, workdir: Path) -> None:
-    plugin = Plugin(ctrd2, workdir, STATIC).start()
-    try:
-        be = run(ctrd2, workdir, "be", "besteffort")
-        assert ctrd2.cgroup_cpuset(be) == "0-1"
-        g = run(ctrd2, workdir, "g", "guaranteed")
-        assert plugin.rm is not None
-        exclusive = format_cpuset(plugin.rm.policy.grants[g].exclusive)
-        reserved = format_cpuset(plugin.rm.policy.reserved)
-        assert len(exclusive) == 1 and exclusive != reserved
-        # The adjustment of CreateContainer: the cgroup containerd made has the policy's cpuset.
-        assert ctrd2.cgroup_cpuset(g) == exclusive == plugin.expected(g)[0]
-        # The side effect went through NRI's updates: the best-effort container left the exclusive CPU.
-        assert eventually(lambda: ctrd2.cgroup_cpuset(be) == reserved == plugin.expected(be)[0])
-        creates = [s * 1000 for m, s in plugin.decisions if m == "CreateContainer"]
-        print(f"\nNRI CreateContainer decision latency: n={len(creates)} "
-              f"median={statistics.median(creates):.3f} ms max={max(creates):.3f} ms")
-        # Freeing the exclusive CPU hands it back to the shared pool.
-        ctrd2.crictl("stop", g)
-        ctrd2.crictl("rm", g)
-        assert eventually(lambda: ctrd2.cgroup_cpuset(be) == "0-1")
-    finally:
-        plugin.stop()
-
-
-def test_topology_aware_policy_sets_cpus_and_memory_nodes_through_nri(ctrd2: Containerd, workdir: Path) -> None:
-    plugin = Plugin(ctrd2, workdir, TOPOLOGY_AWARE).start()
-    try:
-        sys_pod = make_pod_config("sys", namespace="kube-system", qos="burstable")
-        pod_cfg = write_json(workdir / "pod-sys.json", sys_pod)
-        pod_id = ctrd2.crictl("runp", pod_cfg).stdout.strip()
-        sys_ctr = ctrd2.crictl("create", pod_id, write_json(workdir / "ctr-sys.json", make_container_config(
-            "sys", cpu_shares=512)), pod_cfg).stdout.strip()
-        ctrd2.crictl("start", sys_ctr)
-        be = run(ctrd2, workdir, "be", "besteffort")
-        # Both the cpuset and the memory nodes came with the create's adjustment.
-        assert (ctrd2.cgroup_cpuset(sys_ctr), ctrd2.cgroup_mems(sys_ctr)) == ("0", "0") == plugin.expected(sys_ctr)
-        assert (ctrd2.cgroup_cpuset(be), ctrd2.cgroup_mems(be)) == ("1", "0") == plugin.expected(be)
-        g = run(ctrd2, workdir, "g", "guaranteed")
-        assert eventually(lambda: all((ctrd2.cgroup_cpuset(c), ctrd2.cgroup_mems(c)) == plugin.expected(c)
-                                      for c in (sys_ctr, be, g)))
-    finally:
-        plugin.stop()
-
-
 def test_plugin_restart_resynchronizes_from_synchronize_and_its_cache(ctrd2: Containerd, workdir: Path) -> None:
-    plugin = Plugin(ctrd2, workdir, STATIC).start()
+    plugin = Node(ctrd2, workdir, STATIC, frontend=NRI).start()
     g = run(ctrd2, workdir, "g", "guaranteed")
     assert plugin.rm is not None
     exclusive = format_cpuset(plugin.rm.policy.grants[g].exclusive)
@@ -160,7 +66,7 @@ def test_plugin_restart_resynchronizes_from_synchronize_and_its_cache(ctrd2: Con
     # While no plugin runs, a container is made that nobody placed: it gets every CPU.
     be = run(ctrd2, workdir, "be", "besteffort")
     assert ctrd2.cgroup_cpuset(be) == "0-1"
-    again = Plugin(ctrd2, workdir, STATIC).start()
+    again = Node(ctrd2, workdir, STATIC, frontend=NRI).start()
     try:
         assert again.rm is not None
         # The cache gave back the guaranteed container's CPU; Synchronize adopted the new one and moved it.
@@ -211,7 +117,7 @@ def test_cri_resmgr_program_in_nri_mode(ctrd2: Containerd, workdir: Path) -> Non
 def test_containerd_restart_reconnects_and_resynchronizes(ctrd2: Containerd, workdir: Path) -> None:
     """containerd goes away and comes back (its containers keep running in their shims): the plugin connects
     again, registers, is synchronized, and places the next container."""
-    plugin = Plugin(ctrd2, workdir, STATIC).start()
+    plugin = Node(ctrd2, workdir, STATIC, frontend=NRI).start()
     try:
         assert plugin.rm is not None and plugin.frontend is not None
         g = run(ctrd2, workdir, "g", "guaranteed")
@@ -276,7 +182,7 @@ def test_relay_to_nri_and_back_keeps_every_placement(ctrd2: Containerd, node_dir
     be = run(ctrd2, node_dir, "be", "besteffort")
     assert ctrd2.cgroup_cpuset(be) == "0-1"
 
-    plugin = Plugin(ctrd2, node_dir, STATIC).start()
+    plugin = Node(ctrd2, node_dir, STATIC, frontend=NRI).start()
     try:
         assert plugin.rm is not None
         # The relay's decision, from the cache the relay left in the same --relay-dir.

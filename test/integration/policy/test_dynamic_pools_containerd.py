@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.metrics_client import scrape_unix
+from fixtures.placement import FRONTENDS
 from fixtures.seed_configs import DYNAMIC_POOLS_APP
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,6 +27,7 @@ CONFIG = DYNAMIC_POOLS_APP
 BUSY = ["sh", "-c", "while :; do :; done"]
 
 
+@pytest.mark.parametrize("frontend", FRONTENDS)
 def test_pools_follow_requests_on_the_host(node_factory) -> None:
     node = node_factory(CONFIG)
     sys_ctr = node.run("sys", "burstable", namespace="kube-system")

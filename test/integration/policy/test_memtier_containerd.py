@@ -5,16 +5,17 @@ a CPU-less PMEM node and the CPUs sit on a DRAM node 1 (fixtures.sysfs_builder.T
 The kernel accepts only node 0 in cpuset.mems: what reaches the real cgroup can only be a PMEM-only
 placement (memory-type pmem, or a cold start's first phase). A cold start's end widens the memory to
 DRAM+PMEM, "0-1", which this kernel must refuse: the test checks that the timer's update was sent
-through the relay to containerd and that the cgroup kept node 0, nothing more can be shown here.
+to containerd (through the relay as UpdateContainerResources, through NRI as UpdateContainers) and that
+the cgroup kept node 0, nothing more can be shown here.
 """
 
 from __future__ import annotations
 
 import pytest
+from fixtures.placement import FRONTENDS
 from fixtures.sysfs_builder import THIS_MACHINE_PMEM0
 
 from devland.waiting import eventually
-from resmgr.relay.hooks import ContainerUpdate
 
 pytestmark = pytest.mark.integration
 
@@ -23,16 +24,11 @@ MT = "memory-type.cri-resource-manager.intel.com"
 CS = "cold-start.cri-resource-manager.intel.com"
 
 
+@pytest.mark.parametrize("frontend", FRONTENDS)
 def test_memory_type_and_cold_start_reach_the_cgroups(node_factory) -> None:
     node = node_factory(MEMTIER, THIS_MACHINE_PMEM0)
     assert node.rm.topology.memory_types == {0: "PMEM", 1: "DRAM"}
-    sent: list[ContainerUpdate] = []
-
-    def send(updates: list[ContainerUpdate], why: str) -> None:
-        sent.extend(updates)
-        node.relay.interceptor.apply_updates(updates, why)
-
-    node.rm.outbox.bind(send)
+    sent = node.sent  # the outbox's updates, as the node's front end sent them
     pm = node.run("pm", "guaranteed", annotations={f"{MT}/pod": "pmem"})
     cold = node.run("cold", "burstable", annotations={f"{CS}/pod": "duration: 2s"})
     assert node.rm.placements()[pm][1] == "0" and node.containerd.cgroup_mems(pm) == "0"

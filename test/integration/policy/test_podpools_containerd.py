@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from fixtures.cri_objects import make_container_config, write_json
+from fixtures.placement import FRONTENDS
 
 from resmgr.policy.podpools import POOL_KEY
 
@@ -36,6 +37,7 @@ def add_container(node, first: str, pod_name: str, name: str) -> str:
     return cid
 
 
+@pytest.mark.parametrize("frontend", FRONTENDS)
 def test_podpools_pods_share_their_pool_instance(node_factory) -> None:
     node = node_factory(PODPOOLS)
     assert node.rm.policy.name == "podpools"

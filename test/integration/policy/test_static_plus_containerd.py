@@ -4,6 +4,7 @@ the shared containers moving onto the reserved CPU while the last shared CPU is 
 from __future__ import annotations
 
 import pytest
+from fixtures.placement import FRONTENDS
 
 from devland.waiting import eventually
 
@@ -12,6 +13,7 @@ pytestmark = pytest.mark.integration
 STATIC_PLUS = "policy:\n  Active: static-plus\n  ReservedResources:\n    cpu: 1\n"
 
 
+@pytest.mark.parametrize("frontend", FRONTENDS)
 def test_static_plus_exclusive_reserved_and_overflow(node_factory) -> None:
     node = node_factory(STATIC_PLUS)
     assert node.rm.policy.reserved == {0}

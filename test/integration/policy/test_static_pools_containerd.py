@@ -1,5 +1,6 @@
 """static-pools on real containerd (2 CPUs: CPU 1 the one exclusive core, CPU 0 shared and infra): pools chosen by
-STP_* env and a cmk isolate command line, the CMK variables and the rewritten command as containerd got them."""
+STP_* env and a cmk isolate command line, the CMK variables and the rewritten command as containerd got them,
+through the relay and through NRI (where the rewritten command is the adjustment's args)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 import pytest
 from fixtures.cri_objects import make_container_config, make_pod_config, write_json
-from integration.policy.conftest import SHAPES
+from fixtures.placement import FRONTENDS, SHAPES
 
 from devland.waiting import eventually
 
@@ -44,12 +45,15 @@ def run(node, pod: str, *, env: dict[str, str] | None = None, command: list[str]
 
 
 def created_with(node, cid: str) -> tuple[dict[str, str], list[str]]:
-    """The env and command line containerd created the container with."""
-    config = json.loads(node.crictl("inspect", cid))["info"]["config"]
-    env = {e["key"]: e.get("value", "") for e in config.get("envs") or []}
-    return env, [*(config.get("command") or []), *(config.get("args") or [])]
+    """The env and command line containerd created the container with: its OCI spec's process, which has the
+    relay's edits of the request and NRI's adjustment alike (``info.config`` is the CRI request containerd got,
+    kubelet's own under NRI)."""
+    process = json.loads(node.crictl("inspect", cid))["info"]["runtimeSpec"]["process"]
+    env = dict(e.partition("=")[::2] for e in process.get("env") or [])
+    return env, list(process.get("args") or [])
 
 
+@pytest.mark.parametrize("frontend", FRONTENDS)
 def test_static_pools_env_cmk_isolate_and_exclusive_cores(node_factory) -> None:
     node = node_factory(STATIC_POOLS)
     ex = run(node, "ex", env={"STP_POOL": "exclusive"}, annotations=ONE_CORE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from resmgr.model.resources import QOS_GUARANTEED, container_from_create_request, pod_from_sandbox_config
 from resmgr.nri import api_pb2 as nri
 from resmgr.nri import translate
+from resmgr.policy.base import ContainerEdits
 from resmgr.relay.cri import api_pb2 as cri
 from resmgr.relay.hooks import ContainerUpdate
 
@@ -52,6 +53,25 @@ def test_adjustment_carries_only_what_the_hook_changed() -> None:
     assert dict(adjust.annotations) == {"new": "1"}
     assert [(kv.key, kv.value) for kv in adjust.env] == [("ADDED", "v")]
     assert translate.adjustment(original, original) == nri.ContainerAdjustment()
+
+
+def test_a_rewritten_command_line_is_the_adjustments_args() -> None:
+    """static-pools drops ``cmk isolate ...`` from the command (ContainerEdits): through NRI the container must
+    run the rest, as through the relay; the adjustment once left the args out, so it ran the missing cmk."""
+    container = _container()
+    del container.args[:]
+    container.args.extend(["sh", "-c", "/opt/bin/cmk isolate --conf-dir=/etc/cmk --pool=infra sleep 3600"])
+    original, _ = translate.create_container(_pod(), container)
+    decided = cri.CreateContainerRequest()
+    decided.CopyFrom(original)
+    ContainerEdits(env={"CMK_CPUS_ASSIGNED": "0"}, command=["sleep", "3600"]).apply(decided.config)
+    adjust = translate.adjustment(original, decided)
+    assert list(adjust.args) == ["sleep", "3600"]
+    assert [(kv.key, kv.value) for kv in adjust.env] == [("CMK_CPUS_ASSIGNED", "0")]
+    unchanged = cri.CreateContainerRequest()
+    unchanged.CopyFrom(original)
+    ContainerEdits(env={"CMK_CPUS_ASSIGNED": "0"}).apply(unchanged.config)
+    assert list(translate.adjustment(original, unchanged).args) == []
 
 
 def test_container_update_sets_only_the_decided_fields() -> None:
