@@ -3,14 +3,15 @@ changed; checked against what the real apply then does, for static, topology-awa
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 from unit.resmgr.rm_driver import Driver
 
 from resmgr.config import validate_config_text
-from resmgr.model.explanation import NOT_GUARANTEED
-from resmgr.model.placement_change import FAILED, MOVED, PINNED, UNPINNED, DryRun
+from resmgr.model.explanation import NOT_GUARANTEED, NOT_PLACED, SHARED_POOL, Explanation
+from resmgr.model.placement_change import FAILED, MOVED, PINNED, UNPINNED, DryRun, placement_changes
 from resmgr.policy.static import StaticPolicy
 from resmgr.topology import Topology
 
@@ -158,3 +159,51 @@ def test_containers_the_candidate_cannot_place_fail_and_refuse_the_config(topolo
     assert [c.container_id for c in failed] == [ids["g"]] and failed[0].error == "no room"
     assert "cannot place 1 container(s)" in result.error and "applying it would fail" in result.error
     assert "fails: no room" in failed[0].line()
+
+
+def test_the_controllers_are_checked_not_configured(topologies: dict[str, Topology], tmp_path: Path) -> None:
+    d = Driver(topologies[TOPO], tmp_path, STATIC)
+    workload(d)
+    off = STATIC + "resource-manager:\n  control:\n    Controllers:\n      cpu: Disabled\n      blockio: Disabled\n"
+    assert dry(d, off).error == ""  # dry() compares the controllers' modes before and after
+    d.runtime.apply(d.rm.set_config(validate_config_text(off), source="test"))
+    assert d.rm.controllers.modes["cpu"] == "Disabled"  # what configuring would have changed
+
+
+def test_changes_compare_cpus_mems_pool_and_pinning_not_the_reason() -> None:
+    def e(cid: str, cpus: str = "0-3", pool: str = "shared", unpinned: str = NOT_GUARANTEED) -> Explanation:
+        return Explanation("ns", "p", "uid", cid, cid, cpus, "0", pool, unpinned)
+
+    old = [e("same"), e("pool"), e("reason"), e("gone"), e("pin"), e("broken")]
+    new = [e("same"), e("pool", pool="other"), e("reason", unpinned=SHARED_POOL), e("pin", "4", "excl", ""),
+           e("broken")]
+    changes = {c.container_id: c for c in placement_changes(old, new, {"broken": "no room"})}
+    assert sorted(changes) == ["broken", "gone", "pin", "pool"]
+    assert [changes[k].kind for k in ("broken", "gone", "pin", "pool")] == [FAILED, MOVED, PINNED, MOVED]
+    assert changes["gone"].new_unpinned == NOT_PLACED and changes["gone"].new_cpus == ""
+    assert changes["pool"].line() == "ns/p/pool: 0-3 -> 0-3 pool shared -> other"
+
+
+def test_the_candidate_places_outside_the_lock(topologies: dict[str, Topology], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decisions wait only for the snapshot: while the candidate's policy places, another thread gets the lock."""
+    d = Driver(topologies[TOPO], tmp_path, STATIC)
+    workload(d)
+    original, free = StaticPolicy.decide, []
+
+    def try_lock() -> None:
+        if d.rm._lock.acquire(blocking=False):
+            d.rm._lock.release()
+            free.append(True)
+        else:
+            free.append(False)
+
+    def decide(self, container):
+        t = threading.Thread(target=try_lock)
+        t.start()
+        t.join()
+        return original(self, container)
+
+    monkeypatch.setattr(StaticPolicy, "decide", decide)
+    assert dry(d, STATIC_MOVED).error == ""
+    assert free and all(free)
