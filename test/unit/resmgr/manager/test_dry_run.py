@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from unit.resmgr.manager.test_explanations import BALLOONS, STATIC, TA, TOPO
 from unit.resmgr.rm_driver import Driver
 
 from resmgr.config import validate_config_text
@@ -15,23 +16,8 @@ from resmgr.model.placement_change import FAILED, MOVED, PINNED, UNPINNED, DryRu
 from resmgr.policy.static import StaticPolicy
 from resmgr.topology import Topology
 
-TOPO = "2s-2n-16c-2t"  # 128 CPUs
-STATIC = "policy:\n  Active: static\n  ReservedResources:\n    cpu: cpuset:0,64\n"
 STATIC_MOVED = "policy:\n  Active: static\n  ReservedResources:\n    cpu: cpuset:1,65\n"
-TA = "policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: cpuset:0\n"
 TA_MOVED = "policy:\n  Active: topology-aware\n  ReservedResources:\n    cpu: cpuset:0-7\n"
-BALLOONS = """policy:
-  Active: balloons
-  ReservedResources:
-    cpu: cpuset:0
-  balloons:
-    BalloonTypes:
-    - Name: one
-      MinCPUs: 2
-      MaxCPUs: 2
-      MaxBalloons: 1
-      Namespaces: [one]
-"""
 
 
 def workload(d: Driver) -> dict[str, str]:
