@@ -15,6 +15,11 @@ The agents' side of the contract is resmgr/agent/rollout.py.
   the good set. One refused it: that canary is already back on the good config; the rollout stops, the candidate
   ConfigMaps go (so other canaries go back too), and the Extension's lastError names the node and the error until
   the providerConfig changes. A canary that does not report within the timeout stops the rollout the same way.
+* Before pushing, each canary's agent reports a dry run of the candidate on its Node (annotation
+  ``config-rollout-diff``: how many containers would move, the first few as ``namespace/pod/container: old -> new
+  cpuset``, or why cri-resmgr would refuse it). The state lists them under ``diffs`` (node, attempt, summary), kept
+  after the attempt was promoted or stopped until the next attempt starts, so ``kubectl get extension -o yaml``
+  shows what the change moved on each canary.
 * The state lives in the Extension's ``status.state`` (Gardener's field for an extension's own state, which a
   control plane migration carries over): the good set, the candidate's digest, the attempt, the canaries, when it
   started and why it stopped. Without a state (the first reconcile, or an Extension from before this feature) the
@@ -39,6 +44,18 @@ Observe = Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]  # the
 
 
 @dataclass(frozen=True)
+class CanaryDiff:
+    """A canary's dry run of an attempt, as its agent summarised it (resmgr.agent.rollout.DiffReport)."""
+
+    node: str
+    attempt: str
+    diff: str
+
+    def to_status(self) -> dict[str, str]:
+        return {"node": self.node, "attempt": self.attempt, "diff": self.diff}
+
+
+@dataclass(frozen=True)
 class RolloutState:
     """What the extension remembers of the rollout between reconciles (the Extension's status.state)."""
 
@@ -48,12 +65,13 @@ class RolloutState:
     canaries: tuple[str, ...] = ()
     started: float = 0.0
     stopped: str = ""  # why the candidate stopped; "" while it is in progress
+    diffs: tuple[CanaryDiff, ...] = ()  # the canaries' dry runs of the latest attempt
 
     def to_status(self) -> dict[str, Any]:
         # Every field always written, lists for maps: a merge patch then replaces the old state whole.
         return {"good": [{"name": k, "sections": v} for k, v in sorted(self.good.items())],
                 "candidate": self.candidate, "attempt": self.attempt, "canaries": list(self.canaries),
-                "started": self.started, "stopped": self.stopped}
+                "started": self.started, "stopped": self.stopped, "diffs": [d.to_status() for d in self.diffs]}
 
     @classmethod
     def from_extension(cls, extension: Mapping[str, Any]) -> RolloutState | None:
@@ -62,9 +80,11 @@ class RolloutState:
             return None
         good = {str(item.get("name")): {str(s): str(t) for s, t in (item.get("sections") or {}).items()}
                 for item in doc["good"] if isinstance(item, dict) and item.get("name")}
+        diffs = tuple(CanaryDiff(str(d.get("node") or ""), str(d.get("attempt") or ""), str(d.get("diff") or ""))
+                      for d in doc.get("diffs") or () if isinstance(d, dict))
         return cls(good=good, candidate=str(doc.get("candidate") or ""), attempt=str(doc.get("attempt") or ""),
                    canaries=tuple(str(n) for n in doc.get("canaries") or ()),
-                   started=float(doc.get("started") or 0.0), stopped=str(doc.get("stopped") or ""))
+                   started=float(doc.get("started") or 0.0), stopped=str(doc.get("stopped") or ""), diffs=diffs)
 
 
 @dataclass(frozen=True)
@@ -138,6 +158,17 @@ def reports(nodes: list[dict[str, Any]]) -> dict[str, noderecord.NodeRecord]:
     return out
 
 
+def canary_diffs(nodes: list[dict[str, Any]], attempt: str, canaries: tuple[str, ...]) -> tuple[CanaryDiff, ...]:
+    """The dry runs of ``attempt`` the canaries' agents reported on their Nodes (not every canary may have yet)."""
+    out = []
+    for node in nodes:
+        meta = node["metadata"]
+        report = rollout.parse_diff((meta.get("annotations") or {}).get(rollout.DIFF_ANNOTATION))
+        if meta["name"] in canaries and report is not None and report.attempt == attempt:
+            out.append(CanaryDiff(meta["name"], attempt, report.summary))
+    return tuple(sorted(out, key=lambda d: d.node))
+
+
 def _rollout_map(good: Configs, candidate: Configs | None = None, attempt: str = "",
                  canaries: tuple[str, ...] = ()) -> rollout.Rollout:
     if not candidate:
@@ -146,9 +177,10 @@ def _rollout_map(good: Configs, candidate: Configs | None = None, attempt: str =
                            candidate=rollout.configs_digest(candidate), canaries=canaries)
 
 
-def settled(good: Configs, note: str = "") -> Plan:
-    """No rollout: the good set alone."""
-    return Plan(good=good, candidate={}, rollout=_rollout_map(good), state=RolloutState(good=good), note=note)
+def settled(good: Configs, note: str = "", diffs: tuple[CanaryDiff, ...] = ()) -> Plan:
+    """No rollout: the good set alone (``diffs``: the canaries' dry runs of the attempt that made it good)."""
+    return Plan(good=good, candidate={}, rollout=_rollout_map(good), state=RolloutState(good=good, diffs=diffs),
+                note=note)
 
 
 def plan(state: RolloutState | None, desired: Configs, *, now: float, observe: Observe, selection: Selection,
@@ -158,7 +190,7 @@ def plan(state: RolloutState | None, desired: Configs, *, now: float, observe: O
         return settled(desired)
     digest = rollout.configs_digest(desired)
     if digest == rollout.configs_digest(state.good):
-        return settled(desired)
+        return settled(desired, diffs=state.diffs)
     in_progress = state.candidate == digest
     if in_progress and state.stopped:
         return Plan(good=state.good, candidate={}, rollout=_rollout_map(state.good), state=state,
@@ -176,11 +208,13 @@ def plan(state: RolloutState | None, desired: Configs, *, now: float, observe: O
                                 "configs apply without canaries")
     if not in_progress:
         attempt = f"{digest[:8]}-{int(now)}"
-        started = replace(state, candidate=digest, attempt=attempt, canaries=canaries, started=now, stopped="")
+        started = replace(state, candidate=digest, attempt=attempt, canaries=canaries, started=now, stopped="",
+                          diffs=())
         return _step(started, desired, now, timeout,
                      waiting=f"config rollout {attempt} started on the canary node(s) {', '.join(canaries)}")
     if canaries != state.canaries:  # a canary left (deleted, or out of the selection): another takes its place
         state = replace(state, canaries=canaries, started=now)
+    state = replace(state, diffs=canary_diffs(nodes, state.attempt, canaries) or state.diffs)
     proof = judge(nodes, reports(nodes), state.attempt, lambda node: node["metadata"]["name"] in canaries,
                   done=(rollout.APPLIED, rollout.FORCED), failed=(rollout.FAILED,))
     if proof.failed:
@@ -191,7 +225,7 @@ def plan(state: RolloutState | None, desired: Configs, *, now: float, observe: O
         return _step(state, desired, now, timeout, waiting=f"config rollout {state.attempt} waits for the canary "
                                                            f"node(s): {describe(proof.pending)}")
     return settled(desired, f"config rollout {state.attempt} applied on the canary node(s) {', '.join(canaries)} "
-                            "and promoted to every node")
+                            "and promoted to every node", state.diffs)
 
 
 def _step(state: RolloutState, desired: Configs, now: float, timeout: float, waiting: str) -> Plan:

@@ -36,12 +36,14 @@ from resmgr.config import ConfigError, check_config_sections
 from resmgr.config.errors import AGENT_DISABLED
 from resmgr.configplane.adjustments import AdjustmentError, parse_adjustment
 from resmgr.configplane.plane import sections_digest
+from resmgr.model.placement_change import DryRun
 
 log = logging.getLogger("resmgr.agent")
 
 QUERY_CONFIG_STATUS = "config-status"
 FORCE_IN_EFFECT = "force config in effect; dynamic configs not applied"
 HEALTH_QUERIES = ("", "liveness", QUERY_CONFIG_STATUS)
+DIFF_EXAMPLES = 5  # containers a dry-run summary names (the log has them all)
 
 
 class PushError(RuntimeError):
@@ -52,6 +54,10 @@ class ConfigTarget(Protocol):
     """cri-resmgr's Config API as the agent uses it (see resmgr.agent.target)."""
 
     def set_config(self, node: str, sections: Mapping[str, str], source: str) -> str: ...
+
+    def dry_run(self, node: str, sections: Mapping[str, str], source: str) -> DryRun | None:
+        """What set_config would do, changing nothing; None: this cri-resmgr has no dry run."""
+        ...
 
     def set_adjustments(self, node: str, specs: Mapping[str, str]) -> tuple[dict[str, dict[str, Any]], str]: ...
 
@@ -65,6 +71,8 @@ class Reporter(Protocol):
                        applied: bool = True, warning: str = "") -> None: ...
 
     def rollout_outcome(self, selection: Selection, report: rollout.Report) -> None: ...
+
+    def rollout_diff(self, selection: Selection, report: rollout.DiffReport, *, refused: bool) -> None: ...
 
     def adjustment_outcomes(self, results: Mapping[str, dict[str, Any]],
                             adjustments: Mapping[str, Mapping[str, Any]]) -> None: ...
@@ -228,6 +236,26 @@ def validate_selection(selection: Selection) -> tuple[str, str, str]:
     return "", checked.warning, checked.info
 
 
+def diff_summary(dry: DryRun) -> str:
+    """A dry run in one line, for the Node annotation and the Event: the counts, then the first few containers
+    (``namespace/pod/container: old -> new cpuset``) while they fit ``rollout.MAX_DIFF``."""
+    if dry.error:
+        return f"refused: {dry.error}"
+    if not dry.changes:
+        return f"{dry.containers} containers, none would move"
+    kinds = ", ".join(f"{n} {kind}" for kind, n in dry.counts().items() if n)
+    text = f"{dry.containers} containers, {len(dry.changes)} would change ({kinds})"
+    shown = 0
+    for change in dry.changes[:DIFF_EXAMPLES]:
+        line = change.line()
+        if shown and len(text) + len(line) + 30 > rollout.MAX_DIFF:
+            break
+        text += (": " if not shown else "; ") + line
+        shown += 1
+    more = len(dry.changes) - shown
+    return text + (f"; {more} more in the agent's log" if more else "")
+
+
 def one_line(text: str, limit: int = 400) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
@@ -342,6 +370,8 @@ class Pusher:
         if self._verdict is None or self._verdict[0] != digest:
             self._verdict = (digest, validate_selection(selection))
         error, warning, info = self._verdict[1]
+        if not error and selection.attempt:
+            error = self._dry_run(selection)  # may raise PushError
         if not error:
             self._last_push = self.clock()
             self.pushes += 1
@@ -370,6 +400,26 @@ class Pusher:
         self.reporter.config_outcome(selection, error, info, applied=applied, warning=warning)
         if selection.attempt:
             self._report_attempt(selection, error, applied)
+
+    def _dry_run(self, selection: Selection) -> str:
+        """A canary's dry run of the candidate, before the push: reported on the Node and in an Event, every
+        container in the log. Returns why cri-resmgr would refuse the candidate ("": push it): then it is reported
+        failed without a push, which would meet the same checks."""
+        attempt = selection.attempt
+        dry = self.target.dry_run(self.state.node, selection.data, selection.source)  # may raise PushError
+        if dry is None:
+            log.info("config rollout %s: this cri-resmgr has no dry run; pushing without reporting a diff", attempt)
+            return ""
+        if dry.error.startswith(AGENT_DISABLED):
+            return ""  # --force-config wins: the push finds that out too and reports the attempt forced
+        summary = diff_summary(dry)
+        log.log(logging.WARNING if dry.error else logging.INFO, "config rollout %s, dry run of %s on this canary: %s",
+                attempt, selection.source, summary, extra={"configmap": selection.name})
+        for change in dry.changes:
+            log.info("config rollout %s would change %s", attempt, change.line(),
+                     extra={"container_id": change.container_id, "change": change.kind})
+        self.reporter.rollout_diff(selection, rollout.DiffReport(attempt, summary), refused=bool(dry.error))
+        return dry.error
 
     def _report_attempt(self, selection: Selection, error: str, applied: bool) -> None:
         """A canary's outcome goes on the Node for the extension; a failed candidate is replaced by the last good

@@ -135,6 +135,17 @@ class KubeReporter:
         else:
             self._event("ConfigRolloutApplied", f"{what}: {report.state} on this canary node", False)
 
+    def rollout_diff(self, selection: Selection, report: rollout.DiffReport, *, refused: bool) -> None:
+        """A canary's dry run of a rollout attempt: the bounded summary on the Node (the extension shows it in the
+        Extension's status) and in an Event; the agent's log has every container."""
+        patch = {"metadata": {"annotations": {rollout.DIFF_ANNOTATION: report.to_annotation()}}}
+        try:
+            self.core.patch_node(self.node, patch, _content_type=MERGE_PATCH)
+        except ApiException as exc:
+            log.error("cannot annotate node %s: HTTP %s %s", self.node, exc.status, exc.reason)
+        self._event("ConfigRolloutDryRun", f"config rollout {report.attempt} ({event_subject(selection)}), dry run "
+                                           f"on this canary node: {report.summary}", refused)
+
     def adjustment_outcomes(self, results: Mapping[str, dict[str, Any]],
                             adjustments: Mapping[str, Mapping[str, Any]]) -> None:
         for key, result in results.items():

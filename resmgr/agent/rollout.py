@@ -10,6 +10,12 @@ wins; nothing to test) or ``<attempt> failed: <error>``. After a failure the age
 config at once and never selects that attempt again. The extension reads the reports, promotes the candidate when
 every canary applied it, and stops the rollout (naming the node and the error) when one failed.
 
+Before it pushes the candidate, a canary asks cri-resmgr for a dry run of it (which containers it would place
+differently, or why it would be refused) and writes a bounded summary on its Node, in the annotation
+``cri-resource-manager.intel.com/config-rollout-diff``: ``<attempt> <summary>``; the extension shows it in the
+Extension's status. The dry run informs and does not gate, except that a config the dry run says cri-resmgr would
+refuse is reported ``failed`` without being pushed (the push would be refused by the same checks).
+
 ``cri-resmgr-rollout`` also carries the digest of the last good set and its keys. An agent holds (pushes nothing)
 while the ConfigMaps it sees do not match the digest they claim: gardener-resource-manager deletes removed objects
 before it applies changed ones, so at a promotion or a stop a canary may briefly see neither the candidate nor the
@@ -35,6 +41,8 @@ ROLLOUT_ANNOTATION = "cri-resource-manager.intel.com/config-rollout"
 APPLIED, FORCED, FAILED = "applied", "forced", "failed"
 REPORT_STATES = (APPLIED, FORCED, FAILED)
 MAX_REASON = 512  # the Node annotation stays small; the agent's log and Event have the whole error
+DIFF_ANNOTATION = "cri-resource-manager.intel.com/config-rollout-diff"
+MAX_DIFF = 512  # the same bound for the dry-run summary; the agent's log has every container
 
 
 def configs_digest(configs: Mapping[str, Mapping[str, str]]) -> str:
@@ -106,6 +114,25 @@ def parse_report(value: str | None) -> Report | None:
     if not attempt or state not in REPORT_STATES:
         return None
     return Report(attempt, state, reason)
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    """A canary's dry run of a rollout attempt: a one-line summary (the agent writes it, the extension shows it)."""
+
+    attempt: str
+    summary: str
+
+    def to_annotation(self) -> str:
+        summary = " ".join(self.summary.split())
+        if len(summary) > MAX_DIFF:
+            summary = summary[: MAX_DIFF - 3] + "..."
+        return f"{self.attempt} {summary}"
+
+
+def parse_diff(value: str | None) -> DiffReport | None:
+    attempt, _, summary = (value or "").strip().partition(" ")
+    return DiffReport(attempt, summary) if attempt and summary else None
 
 
 # What the agent on one node does: ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import grpc
 from resmgr.agent.controller import PushError
 from resmgr.agent.unix_grpc import CHANNEL_OPTIONS, call_unary
 from resmgr.model.explanation import Explanation
+from resmgr.model.placement_change import DryRun, PlacementChange
 from resmgr.proto import config_pb2, config_pb2_grpc
 
 log = logging.getLogger("resmgr.agent")
@@ -71,6 +72,23 @@ class ConfigSocketTarget:
         reply = self._call("SetConfig", config_pb2.SetConfigRequest(node_name=node, config=dict(sections),
                                                                      source=source))
         return reply.error
+
+    def dry_run(self, node: str, sections: Mapping[str, str], source: str) -> DryRun | None:
+        """What SetConfig would do with ``sections``, changing nothing (a canary's report before it pushes); None:
+        this cri-resmgr is older than the agent and has no dry run."""
+        try:
+            reply = self._call("DryRunConfig", config_pb2.SetConfigRequest(node_name=node, config=dict(sections),
+                                                                            source=source))
+        except PushError as exc:
+            if "DryRunConfig on" in str(exc) and ": UNIMPLEMENTED: " in str(exc):  # call_unary's "CODE: details"
+                return None
+            raise
+        return DryRun(error=reply.error, policy=reply.policy, containers=reply.containers,
+                      changes=[PlacementChange(container=c.container, container_id=c.container_id,
+                                               old_cpus=c.old_cpus, new_cpus=c.new_cpus, old_mems=c.old_mems,
+                                               new_mems=c.new_mems, old_pool=c.old_pool, new_pool=c.new_pool,
+                                               old_unpinned=c.old_unpinned, new_unpinned=c.new_unpinned,
+                                               error=c.error) for c in reply.changes])
 
     def set_adjustments(self, node: str, specs: Mapping[str, str]) -> tuple[dict[str, dict[str, Any]], str]:
         reply = self._call("SetAdjustment", config_pb2.SetAdjustmentRequest(node_name=node,

@@ -36,6 +36,7 @@ from resmgr.configplane.adjustments import (
     plan_adjustments,
 )
 from resmgr.model.explanation import Explanation
+from resmgr.model.placement_change import DryRun
 
 log = logging.getLogger("resmgr.configplane")
 
@@ -70,6 +71,11 @@ class ConfigApplier(Protocol):
         """(the active policy, where it placed each container and why) for the agent's Events."""
         ...
 
+    def dry_run(self, config: ConfigSections, source: str) -> DryRun:
+        """What ``apply_config(config, source)`` would do, changing nothing: its refusal, or the containers whose
+        placement would change."""
+        ...
+
 
 def sections_digest(sections: Mapping[str, str]) -> str:
     """A stable digest of a config in ConfigMap form, for "unchanged" checks."""
@@ -87,6 +93,18 @@ class ConfigStatus:
     last_error: str = ""
     last_error_at: float = 0.0
     adjustments: dict[str, AdjustmentOutcome] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """An agent config past the plane's checks (``config``), refused by them (``error``), or identical to the active
+    one (``identical``: not checked again)."""
+
+    config: ConfigSections | None = None
+    error: str = ""
+    disabled: bool = False  # refused because the agent is disabled: the operator's choice, not a broken config
+    digest: str = ""
+    identical: bool = False
 
 
 class ConfigPlane:
@@ -119,22 +137,51 @@ class ConfigPlane:
         """Apply a config from the agent (ConfigMap form). Returns "" on success or the reason it was refused."""
         source = source or "agent"
         with self._lock:
-            error = self._check_node(node_name)
-            if error:
-                return self._agent_refused(self._rejected(error, source))
-            if self.agent_disabled:
-                why = f"--force-config {self.force_config}" if self.force_config else "--disable-agent"
-                return self._rejected(f"{AGENT_DISABLED} ({why} is in effect)", source)
-            digest = sections_digest(sections)
-            if digest == self.status.digest:
+            admitted = self._admit(node_name, sections, source)
+            if admitted.disabled:
+                return self._rejected(admitted.error, source)
+            if admitted.error:
+                return self._agent_refused(self._rejected(admitted.error, source))
+            if admitted.identical:
                 log.info("config from %s is identical to the active one; nothing to apply", source)
                 self.status.source = source
                 return ""
-            try:
-                checked = report_findings(check_config_sections(dict(sections), source=source), source)
-            except ConfigError as exc:
-                return self._agent_refused(self._rejected(str(exc), source))
-            return self._agent_refused(self._apply(checked.sections, source, digest, forced=False))
+            assert admitted.config is not None
+            return self._agent_refused(self._apply(admitted.config, source, admitted.digest, forced=False))
+
+    def dry_run(self, node_name: str, sections: Mapping[str, str], source: str = "agent") -> DryRun:
+        """What ``set_config`` would do with this config, changing nothing (no status, no metrics): refused (why),
+        or which containers would be placed differently. The plane's lock is held only for the checks the agent's
+        push would meet here; the applier takes its snapshot under its own."""
+        source = source or "agent"
+        with self._lock:
+            admitted = self._admit(node_name, sections, source)
+        if admitted.error:
+            return DryRun(error=admitted.error)
+        try:
+            # A config identical to the active one is tried too: nothing moves, and the reply counts the containers.
+            config = admitted.config or check_config_sections(dict(sections), source=source).sections
+            return self.applier.dry_run(config, source)
+        except Exception as exc:  # as in _apply: the applier must not take the config socket down with it
+            log.exception("dry run of the config from %s failed", source)
+            return DryRun(error=f"internal error while trying the config: {exc}")
+
+    def _admit(self, node_name: str, sections: Mapping[str, str], source: str) -> _Admitted:
+        """The checks before an agent config reaches the applier (the caller holds the lock)."""
+        error = self._check_node(node_name)
+        if error:
+            return _Admitted(error=error)
+        if self.agent_disabled:
+            why = f"--force-config {self.force_config}" if self.force_config else "--disable-agent"
+            return _Admitted(error=f"{AGENT_DISABLED} ({why} is in effect)", disabled=True)
+        digest = sections_digest(sections)
+        if digest == self.status.digest:
+            return _Admitted(digest=digest, identical=True)
+        try:
+            checked = report_findings(check_config_sections(dict(sections), source=source), source)
+        except ConfigError as exc:
+            return _Admitted(error=str(exc), digest=digest)
+        return _Admitted(config=checked.sections, digest=digest)
 
     def _agent_refused(self, error: str) -> str:
         if error and self.on_agent_refused is not None:

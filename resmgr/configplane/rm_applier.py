@@ -21,6 +21,7 @@ from resmgr.configplane.adjustments import ContainerOverride, ContainerView, con
 from resmgr.control.toptier import OVERRIDE_KEY as TOPTIER_OVERRIDE
 from resmgr.manager.resource_manager import Resize, ResourceManager
 from resmgr.model.explanation import Explanation
+from resmgr.model.placement_change import DryRun
 from resmgr.model.resources import ContainerInfo, qos_from_resources
 from resmgr.relay.hooks import ContainerUpdate
 
@@ -58,6 +59,9 @@ class ResourceManagerApplier:
         if self.on_applied is not None:
             self.on_applied(config, source)
         return None
+
+    def dry_run(self, config: ConfigSections, source: str) -> DryRun:
+        return self.rm.dry_run(config.raw, source=source)
 
     def list_containers(self) -> list[ContainerView]:
         return [container_view(c, pod) for c, pod in self.rm.running()]

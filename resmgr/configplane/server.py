@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from resmgr.configplane.plane import ConfigPlane
 from resmgr.proto import config_pb2
 from resmgr.rpc.unixrpc import UnaryServer, service_methods
@@ -35,11 +37,20 @@ def get_placements(plane: ConfigPlane) -> config_pb2.GetPlacementsReply:
     return reply
 
 
+def dry_run_config(plane: ConfigPlane, request: config_pb2.SetConfigRequest) -> config_pb2.DryRunConfigReply:
+    dry = plane.dry_run(request.node_name, dict(request.config), request.source or "agent")
+    reply = config_pb2.DryRunConfigReply(error=dry.error, policy=dry.policy, containers=dry.containers)
+    for c in dry.changes:
+        reply.changes.add(**asdict(c))
+    return reply
+
+
 def serve_config(plane: ConfigPlane, socket_path: str) -> UnaryServer:
     """Serve the Config service on the unix socket ``socket_path``."""
     methods = service_methods(CONFIG_SERVICE, {
         "SetConfig": lambda request: set_config(plane, request),
         "SetAdjustment": lambda request: set_adjustment(plane, request),
         "GetPlacements": lambda _request: get_placements(plane),
+        "DryRunConfig": lambda request: dry_run_config(plane, request),
     })
     return UnaryServer(socket_path, methods, "config").start()

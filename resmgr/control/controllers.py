@@ -63,6 +63,13 @@ def container_classes(container: ContainerInfo, overrides: Mapping[str, str] | N
     return {"rdt": rdt_class, "blockio": io_class}
 
 
+_FAILURES = (cpu_classes.CpuClassError, rdt.RdtError, blockio.BlockIOError, OSError)
+
+
+def _required(name: str, exc: Exception) -> ConfigError:
+    return ConfigError(name, f"the {name} controller is Required but cannot apply it: {exc}")
+
+
 class Controllers:
     """Configures the controllers from a config and runs their container hooks."""
 
@@ -99,18 +106,32 @@ class Controllers:
             else:
                 try:
                     steps[name]()
-                except (cpu_classes.CpuClassError, rdt.RdtError, blockio.BlockIOError, OSError) as exc:
+                except _FAILURES as exc:
                     self.errors[(name, "configure")] += 1
                     self._stop(name)
                     if mode == "Required" and strict:
-                        raise ConfigError(name, f"the {name} controller is Required but cannot apply it: {exc}") \
-                            from None
+                        raise _required(name, exc) from None
                     log.error("controller %s (%s) cannot start, disabled until the next config: %s", name, mode, exc)
                     mode = "Disabled"
                 else:
                     self.running[name] = True
             self.modes[name] = mode
         log.info("controllers: %s", ", ".join(f"{n} {self.modes[n].lower()}" for n in CONTROLLER_NAMES))
+
+    def check(self, sections: ConfigSections) -> None:
+        """What ``configure`` would refuse, found without applying anything (a config's dry run): raises ConfigError
+        when a Required controller's section does not parse or does not fit this node. Reads only; a failure that
+        only writing shows (resctrl running out of groups) is left to the real apply."""
+        modes = controller_modes(sections.resource_manager)
+        checks = {"cpu": lambda: self.cpu.check(cpu_classes.parse_cpu_classes(sections.cpu)),
+                  "rdt": lambda: self.rdt.check(sections.rdt),
+                  "blockio": lambda: blockio.parse_blockio_classes(sections.blockio, self.dev_root, self.sysfs_root)}
+        for name in CONTROLLER_NAMES:
+            if modes[name] == "Required":
+                try:
+                    checks[name]()
+                except _FAILURES as exc:
+                    raise _required(name, exc) from None
 
     def _stop(self, name: str) -> None:
         if name == "cpu" and self.running[name]:

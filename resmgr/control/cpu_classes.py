@@ -116,11 +116,7 @@ class CpuClassController:
 
     def configure(self, classes: dict[str, CpuClass]) -> None:
         """New class definitions: check what they need, then re-apply every assigned CPU."""
-        for cls in classes.values():
-            if cls.has_uncore and not uncore_available(self.sysfs_root):
-                raise CpuClassError(f"CPU class {cls.name!r} sets uncore limits but the system has no "
-                                    f"uncore frequency control ({self.sysfs_root / UNCORE_DIR}); "
-                                    f"is the intel_uncore_frequency driver loaded?")
+        self.check(classes)
         self.classes = classes
         assignments, self.assignments = self.assignments, {}
         if not classes:  # no classes any more (or the controller stops): hardware limits back
@@ -131,6 +127,14 @@ class CpuClassController:
                     log.error("CPU class: %s", exc)
         elif assignments:
             self.sync(assignments)
+
+    def check(self, classes: dict[str, CpuClass]) -> None:
+        """What the classes need of the system (uncore frequency control); CpuClassError naming what is missing."""
+        for cls in classes.values():
+            if cls.has_uncore and not uncore_available(self.sysfs_root):
+                raise CpuClassError(f"CPU class {cls.name!r} sets uncore limits but the system has no "
+                                    f"uncore frequency control ({self.sysfs_root / UNCORE_DIR}); "
+                                    f"is the intel_uncore_frequency driver loaded?")
 
     def sync(self, wanted: Mapping[str, frozenset[int]]) -> list[str]:
         """Bring the CPUs to the classes in ``wanted`` (class -> CPUs); returns the errors met.

@@ -346,10 +346,22 @@ class RdtController:
     def active(self) -> bool:
         return self.mode != "Disabled"
 
+    def _mode(self, section: RdtSection) -> str:
+        if section.mode == "Full" and not section.partitions and not (self.root / "schemata").exists():
+            return "Disabled"
+        return section.mode
+
+    def check(self, section: RdtSection) -> None:
+        """What ``configure`` would refuse, found by reading only (RdtError): resctrl missing, partitions that do not
+        fit its caches. Whether the hardware has enough groups (CLOSes) shows only when they are made."""
+        mode = self._mode(section)
+        if mode != "Disabled":
+            info = read_info(self.root)
+            if mode != "Discovery":
+                resolve_schemata(section, info)
+
     def configure(self, section: RdtSection) -> None:
-        mode = section.mode
-        if mode == "Full" and not section.partitions:
-            mode = "Disabled" if not (self.root / "schemata").exists() else mode
+        mode = self._mode(section)
         if mode == "Disabled":
             if (self.root / "schemata").exists():
                 self._remove_ours(keep=())

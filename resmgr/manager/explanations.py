@@ -6,15 +6,34 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 from resmgr.control.cgroups import CgroupError, controller_root, find_container_dir
 from resmgr.manager.placement_diff import PENDING_PREFIX, fmt_cpus
 from resmgr.manager.state import ManagerState
 from resmgr.model.explanation import UNPINNED_REASONS, Explanation
+from resmgr.model.resources import ContainerInfo, PodInfo
+from resmgr.policy.base import Policy
 from resmgr.topology.cpuset import CpusetError, parse_cpuset
 
 log = logging.getLogger("resmgr.resource-manager")
+
+
+def explain(policy: Policy, known: Mapping[str, ContainerInfo], pods: Mapping[str, PodInfo]) -> list[Explanation]:
+    """Where ``policy`` placed each container it holds that is in ``known`` (pending reservations left out), and why:
+    the active policy's for GetPlacements, a candidate's for a dry run."""
+    out = []
+    for cid, c in policy.containers.items():
+        if cid.startswith(PENDING_PREFIX) or cid not in known:
+            continue
+        pod = pods.get(c.pod_id)
+        cpus, mems = policy.placement(cid)
+        pool, unpinned, detail = policy.explain(cid)
+        out.append(Explanation(namespace=c.namespace, pod=c.pod_name, pod_uid=pod.uid if pod else "",
+                               container=c.name, container_id=cid, cpus=fmt_cpus(cpus) or "",
+                               mems=fmt_cpus(mems) or "", pool=pool, unpinned=unpinned, detail=detail))
+    return out
 
 
 class Explanations(ManagerState):
@@ -28,18 +47,7 @@ class Explanations(ManagerState):
     def explanations(self) -> list[Explanation]:
         """One record per container the runtime created and the policy holds (pending reservations left out)."""
         with self._lock:
-            policy = self.policy
-            out = []
-            for cid, c in policy.containers.items():
-                if cid.startswith(PENDING_PREFIX) or cid not in self.containers:
-                    continue
-                pod = self.pods.get(c.pod_id)
-                cpus, mems = policy.placement(cid)
-                pool, unpinned, detail = policy.explain(cid)
-                out.append(Explanation(namespace=c.namespace, pod=c.pod_name, pod_uid=pod.uid if pod else "",
-                                       container=c.name, container_id=cid, cpus=fmt_cpus(cpus) or "",
-                                       mems=fmt_cpus(mems) or "", pool=pool, unpinned=unpinned, detail=detail))
-            return out
+            return explain(self.policy, self.containers, self.pods)
 
     def unpinned_counts(self) -> list[tuple[tuple[str], float]]:
         """((reason,), containers not pinned for it) for the metrics; every reason listed, zeros included."""

@@ -11,12 +11,14 @@ from resmgr.config import ConfigError
 from resmgr.config.files import CACHE, DEFAULTS, FALLBACK, FORCE, choose_config
 from resmgr.config.sections import ConfigSections
 from resmgr.manager.cache import CacheData
+from resmgr.manager.explanations import explain
 from resmgr.manager.placement_diff import diff_placements
 from resmgr.manager.state import (
     ManagerState,
     RePlaced,
     Resize,
 )
+from resmgr.model.placement_change import DryRun, placement_changes
 from resmgr.model.resources import (
     ContainerInfo,
 )
@@ -73,10 +75,57 @@ class Reconfiguration(ManagerState):
         result persisted), unless ``--disable-policy-switch`` was given: then it is refused.
         """
         with self._lock:
-            if self.forced:
-                raise ConfigError("<document>", "a forced config (--force-config) is in effect; "
-                                                "configuration updates are ignored", source=source)
+            self._check_not_forced(source)
             return self._decided(self._apply(config, source))
+
+    def _check_not_forced(self, source: str) -> None:
+        if self.forced:
+            raise ConfigError("<document>", "a forced config (--force-config) is in effect; "
+                                            "configuration updates are ignored", source=source)
+
+    def _check_switch(self, wanted: str, source: str) -> None:
+        if wanted != self.policy.name and self.disable_policy_switch:
+            raise ConfigError("policy.Active",
+                              f"switching the active policy from {self.policy.name!r} to {wanted!r} is disabled "
+                              f"(--disable-policy-switch); {self.policy.name!r} stays active", source=source)
+
+    def dry_run(self, config: dict[str, Any], *, source: str = "agent") -> DryRun:
+        """What ``set_config(config)`` would do, done on copies: whether it would be refused (the same checks; the
+        controllers' read-only), and which containers the candidate's policy would place differently.
+
+        The candidate places into a fork of the state, as a real apply does, but nothing live changes: not the
+        state, the policy, the cache, the timers or the controllers. The lock is held only while the snapshot is
+        taken (a fork, the active policy's exported state and placements), so decisions do not wait for the
+        candidate's placing, which runs outside it against the snapshot."""
+        wanted = active_policy_name(config)
+        with self._lock:
+            try:
+                self._check_not_forced(source)
+                self._check_switch(wanted, source)
+            except ConfigError as exc:
+                return DryRun(policy=wanted, error=str(exc))
+            state = self.state.fork()
+            live = dict(self.policy.containers)
+            exported = None if wanted != self.policy.name else self.policy.export_state()
+            known, pods = dict(self.containers.items()), dict(self.pods)
+            old = explain(self.policy, known, pods)
+        try:
+            policy = create_policy(config, self.topology, sysfs_root=self.sysfs_root, state=state)
+            self.controllers.check(ConfigSections.of(config))
+        except ConfigError as exc:
+            return DryRun(policy=wanted, error=str(exc.with_source(source)), containers=len(old))
+        failed: dict[str, str] = {}
+        if exported is None:
+            _allocate(policy, live, failed)
+        else:
+            self._carry_over(policy, live, exported, failed)
+        dry = DryRun(policy=wanted, containers=len(old),
+                     changes=placement_changes(old, explain(policy, known, pods), failed))
+        if failed:  # a real apply stops at the first container its policy cannot place: the config is refused
+            cid, error = next(iter(failed.items()))
+            dry.error = (f"the {wanted} policy cannot place {len(failed)} container(s), e.g. {cid[:13]}: {error}; "
+                         "applying it would fail")
+        return dry
 
     def reconfigure(self, config: dict[str, Any], source: str = FORCE) -> list[ContainerUpdate]:
         """SIGHUP: apply the re-read ``--force-config`` (same rules as set_config, never refused as forced)."""
@@ -86,10 +135,7 @@ class Reconfiguration(ManagerState):
     def _apply(self, config: dict[str, Any], source: str) -> list[ContainerUpdate]:
         wanted = active_policy_name(config)
         switching = wanted != self.policy.name
-        if switching and self.disable_policy_switch:
-            raise ConfigError("policy.Active",
-                              f"switching the active policy from {self.policy.name!r} to {wanted!r} is disabled "
-                              f"(--disable-policy-switch); {self.policy.name!r} stays active", source=source)
+        self._check_switch(wanted, source)
         # The new policy places into a fork of the state, adopted below once it took it: a config refused on the
         # way leaves the state as the active policy has it.
         state = self.state.fork()
@@ -106,10 +152,9 @@ class Reconfiguration(ManagerState):
             # policy; the diff below moves their cgroups through the ordered update path.
             log.info("switching policy from %s to %s at runtime: re-placing %d containers", self.policy.name,
                      wanted, len(live))
-            for cid, c in live.items():
-                policy.allocate(cid, c)
+            _allocate(policy, live)
         else:
-            self._carry_over(policy, live)
+            self._carry_over(policy, live, self.policy.export_state())
         self.state, self.policy = state, policy
         self._mutations += 1
         self.config, self.config_source = config, source
@@ -121,18 +166,19 @@ class Reconfiguration(ManagerState):
         log.info("applied config from %s (policy %s)", source, policy.name)
         return diff_placements(old, policy.placements(), reason="config changed")
 
-    def _carry_over(self, policy: Policy, live: dict[str, ContainerInfo]) -> None:
-        """Same policy, new config: keep the allocations that still fit, re-allocate if they do not."""
+    def _carry_over(self, policy: Policy, live: dict[str, ContainerInfo], exported: dict[str, Any],
+                    failed: dict[str, str] | None = None) -> None:
+        """Same policy, new config: keep the allocations (the active policy's ``exported`` state) that still fit,
+        re-allocate if they do not. ``failed``: a dry run's (see ``_allocate``)."""
         try:
-            policy.restore_state(self.policy.export_state(), live)
-            for cid, c in live.items():
-                if cid not in policy.grants and policy.name != "none":
-                    policy.allocate(cid, c)
+            policy.restore_state(exported, live)
+            if policy.name != "none":
+                _allocate(policy, {cid: c for cid, c in live.items() if cid not in policy.grants}, failed)
         except RestoreError as exc:
-            log.info("allocations do not fit the new config (%s); re-allocating", exc)
+            log.info("allocations do not fit the new config (%s); re-allocating%s", exc,
+                     "" if failed is None else " (dry run)")
             policy.state.unplace_all()
-            for cid, c in live.items():
-                policy.allocate(cid, c)
+            _allocate(policy, live, failed)
 
     def re_place(self, resize: Mapping[str, Resize | None], *, reason: str) -> RePlaced:
         """Let the policy place containers again with other resources: release, allocate, save, diff, under the lock.
@@ -164,3 +210,16 @@ class Reconfiguration(ManagerState):
                 self.save()
             result.updates = self._decided(diff_placements(old, self.policy.placements(), reason=reason))
         return result
+
+
+def _allocate(policy: Policy, containers: Mapping[str, ContainerInfo], failed: dict[str, str] | None = None) -> None:
+    """Let ``policy`` place each container. With ``failed`` (a dry run) a container it cannot place is recorded there
+    and the others are still tried; without, the error stops the apply (the config is refused)."""
+    for cid, c in containers.items():
+        if failed is None:
+            policy.allocate(cid, c)
+            continue
+        try:
+            policy.allocate(cid, c)
+        except Exception as exc:  # what would stop a real apply: reported per container
+            failed[cid] = str(exc) or type(exc).__name__

@@ -111,3 +111,41 @@ class GetPlacementsReply(_message.Message):
     placements: _containers.RepeatedCompositeFieldContainer[Placement]
     policy: str
     def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., policy: _Optional[str] = ...) -> None: ...
+
+class PlacementChange(_message.Message):
+    __slots__ = ("container", "container_id", "old_cpus", "new_cpus", "old_mems", "new_mems", "old_pool", "new_pool", "old_unpinned", "new_unpinned", "error")
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    OLD_CPUS_FIELD_NUMBER: _ClassVar[int]
+    NEW_CPUS_FIELD_NUMBER: _ClassVar[int]
+    OLD_MEMS_FIELD_NUMBER: _ClassVar[int]
+    NEW_MEMS_FIELD_NUMBER: _ClassVar[int]
+    OLD_POOL_FIELD_NUMBER: _ClassVar[int]
+    NEW_POOL_FIELD_NUMBER: _ClassVar[int]
+    OLD_UNPINNED_FIELD_NUMBER: _ClassVar[int]
+    NEW_UNPINNED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    container: str
+    container_id: str
+    old_cpus: str
+    new_cpus: str
+    old_mems: str
+    new_mems: str
+    old_pool: str
+    new_pool: str
+    old_unpinned: str
+    new_unpinned: str
+    error: str
+    def __init__(self, container: _Optional[str] = ..., container_id: _Optional[str] = ..., old_cpus: _Optional[str] = ..., new_cpus: _Optional[str] = ..., old_mems: _Optional[str] = ..., new_mems: _Optional[str] = ..., old_pool: _Optional[str] = ..., new_pool: _Optional[str] = ..., old_unpinned: _Optional[str] = ..., new_unpinned: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class DryRunConfigReply(_message.Message):
+    __slots__ = ("error", "policy", "containers", "changes")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    policy: str
+    containers: int
+    changes: _containers.RepeatedCompositeFieldContainer[PlacementChange]
+    def __init__(self, error: _Optional[str] = ..., policy: _Optional[str] = ..., containers: _Optional[int] = ..., changes: _Optional[_Iterable[_Union[PlacementChange, _Mapping]]] = ...) -> None: ...

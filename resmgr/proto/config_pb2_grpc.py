@@ -49,6 +49,11 @@ class ConfigStub:
                 request_serializer=resmgr_dot_proto_dot_config__pb2.GetPlacementsRequest.SerializeToString,
                 response_deserializer=resmgr_dot_proto_dot_config__pb2.GetPlacementsReply.FromString,
                 _registered_method=True)
+        self.DryRunConfig = channel.unary_unary(
+                '/criresmgr.v1.Config/DryRunConfig',
+                request_serializer=resmgr_dot_proto_dot_config__pb2.SetConfigRequest.SerializeToString,
+                response_deserializer=resmgr_dot_proto_dot_config__pb2.DryRunConfigReply.FromString,
+                _registered_method=True)
 
 
 class ConfigServicer:
@@ -76,6 +81,14 @@ class ConfigServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DryRunConfig(self, request, context):
+        """What SetConfig would do with this config, changing nothing: whether it would be refused, and which containers
+        the candidate would place differently (the agent reports it on a canary of a staged config rollout).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConfigServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +106,11 @@ def add_ConfigServicer_to_server(servicer, server):
                     servicer.GetPlacements,
                     request_deserializer=resmgr_dot_proto_dot_config__pb2.GetPlacementsRequest.FromString,
                     response_serializer=resmgr_dot_proto_dot_config__pb2.GetPlacementsReply.SerializeToString,
+            ),
+            'DryRunConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.DryRunConfig,
+                    request_deserializer=resmgr_dot_proto_dot_config__pb2.SetConfigRequest.FromString,
+                    response_serializer=resmgr_dot_proto_dot_config__pb2.DryRunConfigReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +194,33 @@ class Config:
             '/criresmgr.v1.Config/GetPlacements',
             resmgr_dot_proto_dot_config__pb2.GetPlacementsRequest.SerializeToString,
             resmgr_dot_proto_dot_config__pb2.GetPlacementsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DryRunConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/criresmgr.v1.Config/DryRunConfig',
+            resmgr_dot_proto_dot_config__pb2.SetConfigRequest.SerializeToString,
+            resmgr_dot_proto_dot_config__pb2.DryRunConfigReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -100,3 +100,29 @@ def test_an_applied_candidate_is_promoted_without_flapping_back(plane_node):
     assert canary.reserved() == "cpuset:0"
     pushed = canary.agent.log_path.read_text()[len(log_before):]
     assert pushed.count("pushing ConfigMap kube-system/cri-resmgr-config.default") == 1, pushed
+
+
+def test_a_canary_reports_its_dry_run_of_the_candidate(plane_node):
+    """Through the real DryRunConfig: the canary's cri-resmgr tries the candidate on its running container, and the
+    agent reports which container would move (Node annotation, Event, log) before it pushes it."""
+    canary = plane_node(labels={POOL_LABEL: "p"})
+    put_good(canary.core, GOOD)
+    canary.wait_reserved("1")
+    cid = canary.run_container("web")
+    wait_for(lambda: canary.reserved() == "cpuset:1", "the good config active")
+    # The none policy places nothing: the container would leave the shared CPUs topology-aware gave it.
+    none = {"default": {"policy": "Active: none\n"}}
+    put_candidate(canary.core, GOOD, none, "t3", (canary.name,))
+    assert wait_for(lambda: report_of(canary), f"the canary's report\n{canary.logs()}") == \
+        rollout.Report("t3", rollout.APPLIED)
+    diff = rollout.parse_diff(canary.annotations().get(rollout.DIFF_ANNOTATION))
+    assert diff is not None and diff.attempt == "t3", canary.logs()
+    assert diff.summary.startswith("1 containers, 1 would change (1 moved): default/web/web: "), diff.summary
+    assert diff.summary.endswith(" -> -")
+    wait_for(lambda: any(e.reason == "ConfigRolloutDryRun" and diff.summary in e.message for e in canary.events()),
+             "ConfigRolloutDryRun Event")
+    log = canary.agent.log_path.read_text()
+    assert "config rollout t3 would change default/web/web" in log
+    # Reported before the push.
+    assert log.index("config rollout t3 would change") < log.index("pushing ConfigMap kube-system/cri-resmgr-candidate")
+    canary.remove_pod_of(cid)

@@ -189,3 +189,43 @@ def test_the_rendered_configmaps_carry_exactly_the_digests_the_agents_check(tool
     assert rollout.choose("a1", cms)[0] == rollout.CANDIDATE
     assert rollout.choose("b1", cms)[0] == rollout.GOOD
 
+
+
+def test_the_canaries_dry_runs_are_in_the_status_and_stay_after_the_promotion():
+    shoot = Shoot([node("a1"), node("a2"), node("b1", pool="b")])
+    state = started(shoot)
+    assert state.diffs == () and state.to_status()["diffs"] == []
+    ann = [n["metadata"]["annotations"] for n in shoot.nodes]
+    ann[0][rollout.DIFF_ANNOTATION] = rollout.DiffReport(state.attempt, "4 containers, 1 would change (1 moved): "
+                                                                        "prod/web-0/app: 2-3 -> 4-5").to_annotation()
+    ann[1][rollout.DIFF_ANNOTATION] = f"{state.attempt} 4 containers, none would move"  # no canary: not shown
+    ann[2][rollout.DIFF_ANNOTATION] = "old-attempt 9 containers, none would move"  # another attempt: not shown
+    p = step(state, shoot=shoot, now=1010)
+    moved = "4 containers, 1 would change (1 moved): prod/web-0/app: 2-3 -> 4-5"
+    assert p.waiting and p.state.diffs == (cr.CanaryDiff("a1", state.attempt, moved),)
+    status = p.state.to_status()
+    assert status["diffs"] == [{"node": "a1", "attempt": state.attempt,
+                                "diff": "4 containers, 1 would change (1 moved): prod/web-0/app: 2-3 -> 4-5"}]
+    assert cr.RolloutState.from_extension({"status": {"state": {cr.STATE_KEY: status}}}) == p.state
+    ann[2][rollout.DIFF_ANNOTATION] = f"{state.attempt} 2 containers, none would move"
+    for a in (ann[0], ann[2]):
+        a[rollout.ROLLOUT_ANNOTATION] = f"{state.attempt} applied"
+    promoted = step(p.state, shoot=shoot, now=1020)
+    assert promoted.note.endswith("promoted to every node") and promoted.state.good == NEW
+    assert [(d.node, d.diff) for d in promoted.state.diffs] == [("a1", p.state.diffs[0].diff),
+                                                                ("b1", "2 containers, none would move")]
+    # Kept while nothing changes; a new attempt starts without them.
+    assert step(promoted.state, shoot=shoot, now=1030).state.diffs == promoted.state.diffs
+    newer = step(promoted.state, {"default": {"policy": "Active: static\n"}}, shoot=shoot, now=1040)
+    assert newer.state.attempt != state.attempt and newer.state.diffs == ()
+
+
+def test_a_refusal_the_dry_run_found_keeps_its_diff_in_the_stopped_state():
+    shoot = Shoot([node("a1")])
+    state = started(shoot)
+    ann = shoot.nodes[0]["metadata"]["annotations"]
+    ann[rollout.DIFF_ANNOTATION] = f"{state.attempt} refused: policy.ReservedResources.cpu: cpuset:99 is not here"
+    ann[rollout.ROLLOUT_ANNOTATION] = f"{state.attempt} failed: policy.ReservedResources.cpu: cpuset:99 is not here"
+    p = step(state, shoot=shoot, now=1010)
+    assert "canary node a1" in p.stopped and p.state.diffs[0].diff.startswith("refused: ")
+    assert step(p.state, shoot=shoot, now=1020).state.diffs == p.state.diffs

@@ -4,10 +4,17 @@ with the pusher against a real Config API server (cri-resmgr's side is a ConfigP
 from __future__ import annotations
 
 import pytest
+from kubernetes import client
 from unit.resmgr.agent.test_controller import Env, RecordingReporter, cm, reserved
 
 from resmgr.agent import rollout
-from resmgr.agent.controller import Held
+from resmgr.agent.controller import Held, diff_summary
+from resmgr.agent.reporting import KubeReporter
+from resmgr.agent.selection import Selection
+from resmgr.configplane.plane import ConfigPlane
+from resmgr.configplane.server import CONFIG_SERVICE, set_config
+from resmgr.model.placement_change import DryRun, PlacementChange
+from resmgr.rpc.unixrpc import UnaryServer, service_methods
 
 NODE = "n1"
 GOOD = {"default": {"policy": reserved("0")}}
@@ -19,9 +26,13 @@ class RolloutReporter(RecordingReporter):
     def __init__(self) -> None:
         super().__init__()
         self.reports: list[rollout.Report] = []
+        self.diffs: list[tuple[rollout.DiffReport, bool]] = []
 
     def rollout_outcome(self, selection, report):
         self.reports.append(report)
+
+    def rollout_diff(self, selection, report, *, refused):
+        self.diffs.append((report, refused))
 
 
 def config_maps(good: dict, candidate: dict | None = None, canaries: tuple[str, ...] = (NODE,),
@@ -95,12 +106,81 @@ def test_a_canary_applies_the_candidate_and_says_so(env):
     assert env.reporter.reports == [rollout.Report("a1", rollout.APPLIED)]
 
 
+def test_a_canary_reports_its_dry_run_before_it_pushes(env):
+    show(env, config_maps(GOOD))
+    env.pusher.reconcile()
+    env.applier.dry_changes = [PlacementChange("prod/web-0/web", "c1", "0-3", "4-7")]
+    seen = []
+    dry_run = env.applier.dry_run
+    env.applier.dry_run = lambda config, source: (seen.append(len(env.applier.applied)), dry_run(config, source))[1]
+    show(env, config_maps(GOOD, FINE))
+    env.later()
+    assert seen == [1], "the dry run came after the candidate's push"
+    assert env.applier.dry_runs[0][1] == "ConfigMap kube-system/cri-resmgr-candidate.default"
+    assert env.reporter.diffs == [(rollout.DiffReport("a1", "1 containers, 1 would change (1 moved): "
+                                                            "prod/web-0/web: 0-3 -> 4-7"), False)]
+    assert env.reporter.reports == [rollout.Report("a1", rollout.APPLIED)] and len(env.applier.applied) == 2
+
+
+def test_a_canary_of_an_older_cri_resmgr_pushes_without_a_diff(env):
+    """A cri-resmgr without DryRunConfig (older than the agent) answers UNIMPLEMENTED: the rollout goes on."""
+    env.stop_server()
+    plane = ConfigPlane(env.applier, node_name=NODE)
+    env.server = UnaryServer(env.sock, service_methods(CONFIG_SERVICE, {
+        "SetConfig": lambda request: set_config(plane, request)}), "config").start()
+    show(env, config_maps(GOOD, FINE))
+    env.pusher.reconcile()
+    assert env.reporter.diffs == [] and env.reporter.reports == [rollout.Report("a1", rollout.APPLIED)]
+
+
+def test_the_diff_summary_is_bounded_and_names_the_first_containers():
+    changes = [PlacementChange(f"ns/pod-{i:03}/{'c' * 60}", f"id{i}", "0-3", "4-7") for i in range(40)]
+    changes.append(PlacementChange("ns/z/unpinned", "u", "4", "0-15", new_unpinned="not-enough-free-cpus"))
+    changes.append(PlacementChange("ns/z/failed", "f", "5", "", error="no room"))
+    summary = diff_summary(DryRun(policy="static", containers=100, changes=changes))
+    assert summary.startswith("100 containers, 42 would change (40 moved, 1 unpinned, 1 failed): "
+                              f"ns/pod-000/{'c' * 60}: 0-3 -> 4-7; ns/pod-001/")
+    assert summary.endswith(" more in the agent's log") and len(summary) <= rollout.MAX_DIFF
+    value = rollout.DiffReport("a1", summary).to_annotation()
+    assert len(value) <= len("a1 ") + rollout.MAX_DIFF
+    assert rollout.parse_diff(value) == rollout.DiffReport("a1", summary)
+    huge = rollout.DiffReport("a1", "refused: " + "x" * 5000).to_annotation()
+    assert len(huge) == len("a1 ") + rollout.MAX_DIFF and huge.endswith("...")
+    assert diff_summary(DryRun(containers=7)) == "7 containers, none would move"
+    assert diff_summary(DryRun(error="no")) == "refused: no" and rollout.parse_diff("a1") is None
+
+
+def test_the_reporter_writes_the_diff_annotation_and_an_event():
+    class Core:
+        def __init__(self) -> None:
+            self.patches, self.events = [], []
+
+        def read_node(self, name):
+            return client.V1Node(metadata=client.V1ObjectMeta(name=name, uid="u1"))
+
+        def patch_node(self, name, body, **kw):
+            self.patches.append(body)
+
+        def create_namespaced_event(self, namespace, body):
+            self.events.append(body)
+
+    reporter = KubeReporter(client.ApiClient(), NODE)
+    reporter.core = core = Core()
+    selection = Selection(name="cri-resmgr-candidate.default", resource_version="3", data={}, attempt="a1")
+    reporter.rollout_diff(selection, rollout.DiffReport("a1", "2 containers, none would move"), refused=False)
+    assert core.patches == [{"metadata": {"annotations": {
+        rollout.DIFF_ANNOTATION: "a1 2 containers, none would move"}}}]
+    event = core.events[0]
+    assert event.reason == "ConfigRolloutDryRun" and event.type == "Normal"
+    assert event.message.endswith("dry run on this canary node: 2 containers, none would move")
+
+
 def test_a_node_that_is_no_canary_stays_on_the_good_config(env):
     show(env, config_maps(GOOD))
     env.pusher.reconcile()
     show(env, config_maps(GOOD, FINE, canaries=("n2",)))
     env.later()
-    assert env.pusher.pushes == 1 and env.reporter.reports == []
+    assert env.pusher.pushes == 1 and env.reporter.reports == [] and env.applier.dry_runs == []
     assert env.applier.applied[-1][0]["policy"]["ReservedResources"] == {"cpu": "cpuset:0"}
 
 
@@ -112,13 +192,17 @@ def test_a_refused_candidate_is_reported_and_the_good_config_pushed_back(env):
     assert len(env.reporter.reports) == 1
     report = env.reporter.reports[0]
     assert report.state == rollout.FAILED and "switching the active policy" in report.reason
+    # The dry run said cri-resmgr would refuse it: reported, and never pushed (the push would meet the same checks).
+    assert [(d.attempt, d.summary.startswith("refused: switching"), refused) for d, refused in env.reporter.diffs] \
+        == [("a1", True, True)]
+    assert len(env.applier.dry_runs) == 1
     # Pushed back within the same step, and the agent is healthy on it.
     assert env.reporter.configs[-2:] == [("cri-resmgr-candidate.default", env.reporter.configs[-2][1]),
                                          ("cri-resmgr-config.default", "")]
-    assert env.pusher.pushes == 3 and env.pusher.health("config-status") == ""
+    assert env.pusher.pushes == 2 and env.pusher.health("config-status") == ""
     env.later()
     env.later()
-    assert env.pusher.pushes == 3, "the failed attempt was selected again"
+    assert env.pusher.pushes == 2, "the failed attempt was selected again"
 
 
 def test_a_failed_attempt_recorded_on_the_node_survives_a_restart(env):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from resmgr.configplane.adjustments import ContainerOverride, ContainerView
+from resmgr.model.placement_change import DryRun, PlacementChange
 
 
 class RecordingApplier:
@@ -15,13 +16,28 @@ class RecordingApplier:
         self.overrides: dict[str, ContainerOverride] = {}
         self.fail_containers: set[str] = set()
         self.explanations: list = []
+        self.dry_changes: list[PlacementChange] = []  # what a dry run of a config the applier takes reports
+        self.dry_runs: list[tuple[dict, str]] = []
 
-    def apply_config(self, config, source, *, forced=False):
+    def _refusal(self, config):
         wanted = config.policy.active
         if wanted != self.policy:
             return f"switching the active policy from {self.policy!r} to {wanted!r} at runtime is not supported"
+        return None
+
+    def apply_config(self, config, source, *, forced=False):
+        refusal = self._refusal(config)
+        if refusal:
+            return refusal
         self.applied.append((config.raw, source, forced))
         return None
+
+    def dry_run(self, config, source):
+        self.dry_runs.append((config.raw, source))
+        refusal = self._refusal(config)
+        if refusal:
+            return DryRun(policy=config.policy.active, error=refusal)
+        return DryRun(policy=config.policy.active, containers=len(self.containers), changes=list(self.dry_changes))
 
     def list_containers(self):
         return list(self.containers)

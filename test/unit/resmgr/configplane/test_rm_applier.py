@@ -117,3 +117,30 @@ def test_override_survives_a_kubelet_resize(setup):
     assert applier.apply_adjustments(override) == {}  # what AdjustingHook does after UpdateContainerResources
     assert driver.rm.policy.containers[cid].request_milli == 2000
     assert len(driver.runtime.cpusets[cid][0].replace("-", ",").split(",")) == 2
+
+
+ACTIVE = {"policy": "Active: static\nReservedResources:\n  cpu: cpuset:0\n"}  # STATIC in ConfigMap form
+
+
+def test_dry_run_through_the_plane_changes_no_status_and_counts_no_refusal(setup):
+    driver, applier, sent, applied = setup
+    refused: list[str] = []
+    plane = ConfigPlane(applier, node_name="n1", on_agent_refused=refused.append)
+    assert plane.set_config("n1", ACTIVE, "cm") == ""
+    status = (plane.status.source, plane.status.digest, plane.status.last_error)
+    pod = driver.run_pod("web", namespace="prod")
+    cid = driver.create(pod, "web")
+    moved = plane.dry_run("n1", {"policy": "Active: none\n"}, "candidate")  # a switch: none places nothing
+    assert (moved.error, moved.policy, moved.containers) == ("", "none", 1)
+    assert [(c.container, c.container_id, c.old_cpus, c.new_cpus, c.new_unpinned) for c in moved.changes] == \
+        [("prod/web/web", cid, "0-3", "", "policy-none")]
+    same = plane.dry_run("n1", ACTIVE, "again")
+    assert (same.error, same.changes, same.containers) == ("", [], 1)  # identical to the active one: tried, no move
+    bad = plane.dry_run("n1", {"policy": "Active: static\nReservedResources:\n  cpu: cpuset:9\n"}, "bad")
+    assert "outside the available CPUs" in bad.error
+    assert "is for node 'n2'" in plane.dry_run("n2", {}, "x").error
+    assert plane.dry_run("n1", {"policy": "Active: [oops"}, "yaml").error
+    # Nothing was applied, refused or sent by the dry runs.
+    assert (plane.status.source, plane.status.digest, plane.status.last_error) == status
+    assert refused == [] and applied == ["cm"] and [s for s in sent if s[0] == "SetConfig"] == []
+    assert driver.rm.config["policy"]["ReservedResources"] == {"cpu": "cpuset:0"}
