@@ -53,6 +53,10 @@ FRONTEND = "frontend"
 NRI_FRONTEND, RELAY_FRONTEND = "nri", "relay"
 
 
+# The directories NRI mode needs on the node (switch_to_nri), kept by a switch from the relay.
+NRI_DIRS = (node_files.RELAY_STATE_DIR, AGENT_SOCKET_DIR)
+
+
 class InstallError(RuntimeError):
     """A step could not be completed; the node is left in a state a re-run converges from."""
 
@@ -470,6 +474,14 @@ class NodeInstaller:
         systemd.daemon_reload(self.host)
         systemd.reset_failed(self.host, node_files.UNIT)
         failpoints.hit("uninstall-files-removed")
+        if keep_placement:
+            # The NRI plugin's directories (its cache, the agent's sockets) stay, and stay recorded for the NRI
+            # uninstall to remove: a node that was in NRI mode before the relay has them in this journal (found on
+            # the landscape: nri -> relay -> nri refused to drop a journal still recording them).
+            journal.remove_dirs(keep=NRI_DIRS)
+            journal.restart()
+            log.info("relay uninstalled for NRI mode: placements and cache kept", extra={"changed": changed})
+            return changed
         journal.remove_dirs()
         journal.clear()
         log.info("uninstall complete: the node is clean", extra={"changed": changed})
@@ -511,10 +523,11 @@ class NodeInstaller:
             journal = self.journal()
         journal.set(FRONTEND, NRI_FRONTEND)
         journal.set(PHASE, "nri")
-        # The relay's state directory (its unit made it 0700 root's; the cache is the plugin's now).
-        journal.ensure_dir(node_files.RELAY_STATE_DIR, 0o700)
-        # The agent's socket directory, as the relay's unit makes it: setgid, the agent's group, 2770.
-        journal.ensure_dir(AGENT_SOCKET_DIR)
+        # The relay's state directory (its unit made it 0700 root's; the cache is the plugin's now), and the
+        # agent's socket directory, as the relay's unit makes it: setgid, the agent's group, 2770.
+        state_dir, agent_dir = NRI_DIRS
+        journal.ensure_dir(state_dir, 0o700)
+        journal.ensure_dir(agent_dir)
         real = self.host.path(AGENT_SOCKET_DIR)
         info = real.stat()
         if info.st_gid != AGENT_SOCKET_GROUP or (info.st_mode & 0o7777) != 0o2770:

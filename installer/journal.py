@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import urllib.parse
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,9 +115,13 @@ class Journal:
         self.host.makedirs(node_path, mode)
         log.info("created directory %s", node_path, extra={"path": node_path, "change": "mkdir"})
 
-    def remove_dirs(self) -> None:
-        """Remove the directories we created, innermost first, if they are empty."""
+    def remove_dirs(self, keep: Collection[str] = ()) -> None:
+        """Remove the directories we created, innermost first, if they are empty. Those in ``keep``, and the
+        directories above them, stay and stay recorded."""
+        kept = {"/".join(k.split("/")[:i]) for k in keep for i in range(2, k.count("/") + 2)}
         for d in sorted(self.dirs, key=lambda p: p.count("/"), reverse=True):
+            if d in kept:
+                continue
             if self.host.exists(d) and not self.host.rmdir_if_empty(d):
                 log.warning("directory %s is not empty (it holds files we did not create); leaving it",
                             d, extra={"path": d})
@@ -242,6 +247,14 @@ class Journal:
 
     def restore_group(self, group: str) -> list[str]:
         return [p for p in self.paths(group) if self.restore_file(p)]
+
+    def restart(self) -> None:
+        """Forget every fact and pending action, keeping the directories still recorded: a relay's journal
+        becoming the NRI plugin's (whose uninstall removes those directories later). Files must be restored first."""
+        if self.files:
+            raise JournalError(f"refusing to restart the journal: still records {sorted(self.files)}")
+        self.data = {}
+        self.save()
 
     def clear(self) -> None:
         """Drop the state directory; only once everything it describes has been reversed."""

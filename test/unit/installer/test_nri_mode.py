@@ -136,6 +136,27 @@ def test_a_relay_node_is_uninstalled_keeping_its_placements(tmp_path: Path, monk
     assert installer.switch_to_nri() == [] and calls == [True]  # NRI now: no second uninstall
 
 
+def test_nri_relay_nri_keeps_the_plugins_directories_and_cache(tmp_path: Path) -> None:
+    """A node that was in NRI mode before the relay: the journal recorded the plugin's directories, which hold the
+    cache and the agent's sockets by the time the node switches back. The relay's real uninstall for NRI keeps them
+    (recorded, for the NRI uninstall). Before: "refusing to drop the journal", retried forever (the landscape)."""
+    host = node(tmp_path)
+    installer = NodeInstaller(host, InstallSettings(binary=tmp_path / "unused"))
+    installer.switch_to_nri()
+    recorded = set(Journal.load(host).dirs)
+    assert {"/var/lib/cri-resmgr", AGENT_SOCKET_DIR} <= recorded
+    host.path("/var/lib/cri-resmgr/cache").write_text("placements")  # the plugin's, then the relay's cache
+    host.path(f"{AGENT_SOCKET_DIR}/cri-resmgr-agent.sock").write_text("")
+    journal = Journal.load(host)
+    journal.set(FRONTEND, "relay")  # the relay installed over it (same journal)
+    journal.ensure_dir("/opt/cri-resmgr/bin")  # and a directory of the relay's own
+    assert installer.switch_to_nri() == []
+    after = Journal.load(host)
+    assert after.get(FRONTEND) == NRI_FRONTEND and set(after.dirs) == recorded
+    assert host.path("/var/lib/cri-resmgr/cache").read_text() == "placements"
+    assert not host.exists("/opt/cri-resmgr")
+
+
 def test_the_relay_waits_for_the_plugin_to_stop(tmp_path: Path) -> None:
     host = node(tmp_path)
     installer = NodeInstaller(host, InstallSettings(binary=tmp_path / "unused"))
