@@ -38,16 +38,22 @@ def put_candidate(core, good: dict, candidate: dict, attempt: str, canaries: tup
     put_config_map(core, rollout.ROLLOUT_CONFIG_MAP, spec.to_data())
 
 
-def report_of(node) -> rollout.Report | None:
-    return rollout.parse_report(node.annotations().get(rollout.ROLLOUT_ANNOTATION))
-
-
-def test_a_refused_config_stops_at_the_canary_and_is_reverted_there(plane_node):
+def pool_of_two_on_good(plane_node) -> tuple:
+    """Two nodes of one worker pool, both running the good config (cpuset:1 reserved): (canary, other)."""
     canary = plane_node(labels={POOL_LABEL: "p"})
     other = plane_node(labels={POOL_LABEL: "p"})
     put_good(canary.core, GOOD)
     canary.wait_reserved("1")
     other.wait_reserved("1")
+    return canary, other
+
+
+def report_of(node) -> rollout.Report | None:
+    return rollout.parse_report(node.annotations().get(rollout.ROLLOUT_ANNOTATION))
+
+
+def test_a_refused_config_stops_at_the_canary_and_is_reverted_there(plane_node):
+    canary, other = pool_of_two_on_good(plane_node)
 
     put_candidate(canary.core, GOOD, UNFIT, "t1", (canary.name,))
     report = wait_for(lambda: report_of(canary), f"the canary's report\n{canary.logs()}")
@@ -76,11 +82,7 @@ def test_a_refused_config_stops_at_the_canary_and_is_reverted_there(plane_node):
 
 
 def test_an_applied_candidate_is_promoted_without_flapping_back(plane_node):
-    canary = plane_node(labels={POOL_LABEL: "p"})
-    other = plane_node(labels={POOL_LABEL: "p"})
-    put_good(canary.core, GOOD)
-    canary.wait_reserved("1")
-    other.wait_reserved("1")
+    canary, other = pool_of_two_on_good(plane_node)
 
     put_candidate(canary.core, GOOD, FINE, "t2", (canary.name,))
     canary.wait_reserved("0")
