@@ -60,7 +60,7 @@ from resmgr.topology import discover_topology
 PODSTART_PAIRS = 40
 # 3 rounds (bench-relay's) let concurrentN_ratio swing by +-15 % between runs (0.93 / 1.15). 8 interleaved rounds
 # per N: 10 took bench-nri to 694 s on this 2-core machine under load (other sessions' tests beside it), and each
-# 32-pod round costs about 25 s there (NRI_BENCH_ROUNDS changes it).
+# 32-pod round costs about 25 s there; with 8, 374 s and 273 s (NRI_BENCH_ROUNDS changes it).
 CONCURRENT_ROUNDS = int(os.environ.get("NRI_BENCH_ROUNDS", "8"))
 TARGETS = {"podstart_ratio": 1.05, "concurrent8_ratio": 1.05, "concurrent32_ratio": 1.05, "decide_p50_ms": 1.0,
            "decide_p99_ms": 3.0, "rss_mb": 30, "idle_cpu_pct": 0.5}
