@@ -27,7 +27,6 @@ from resmgr.options import SHUTDOWN_MARGIN_S, build_parser
 from resmgr.policy.registry import available_policies
 from resmgr.relay.dump import Dumper
 from resmgr.relay.metrics import RelayMetrics, start_metrics_servers
-from resmgr.relay.server import Relay
 from resmgr.relay.settings import RelaySettings, relay_settings
 from resmgr.relay.startup import ConfigNotice, StartupError, load_startup_files, without_unfit_files
 from resmgr.rpc.sockets import SocketInUse
@@ -35,6 +34,7 @@ from resmgr.topology import TopologyError, discover_topology
 
 if TYPE_CHECKING:
     from resmgr.nri.frontend import NriFrontend
+    from resmgr.relay.server import Relay
 
 log = logging.getLogger("resmgr.cli")
 
@@ -70,9 +70,10 @@ class _Runner:
     """Holds the running relay and config plane, and reacts to signals."""
 
     def __init__(self, args: argparse.Namespace, relay: Relay | NriFrontend, settings: RelaySettings,
-                 metrics: RelayMetrics) -> None:
+                 metrics: RelayMetrics, dumper: Dumper | None = None) -> None:
         self.args = args
         self.relay = relay
+        self.dumper = dumper  # the relay's; NRI sees no CRI messages, so it has none
         self.settings = settings
         self.metrics = metrics
         self.plane: ConfigPlaneHandle | None = None
@@ -105,8 +106,8 @@ class _Runner:
         """Apply the relay's own sections (dump, logger) of a config that became active."""
         settings = relay_settings(config)
         self.notice.set(None)  # a config works again: nothing runs without the config it was given
-        if isinstance(self.relay, Relay):  # NRI sees no CRI messages: nothing to dump
-            self.relay.dumper.reconfigure(settings.dump)
+        if self.dumper is not None:
+            self.dumper.reconfigure(settings.dump)
         set_debug_modules(parse_debug_modules(self.args.debug) + settings.debug_modules,
                           root_package="resmgr", base_level=self.args.log_level)
         self.settings = settings
@@ -174,20 +175,27 @@ def main(argv: list[str] | None = None) -> int:
     metrics.watch_pools(rm.pool_stats)
     metrics.watch_placements(rm.unpinned_counts, rm.drifted_containers)
     relay: Relay | NriFrontend
+    dumper: Dumper | None = None
+    # Each front end is imported only when it runs: NRI's message descriptors would add ~0.9 MB to the
+    # relay's resident memory, and the relay's transport (splice, interception, exits) ~1 MB to the plugin's.
     if args.frontend == "nri":
-        # NRI mode: containerd calls us; no relay socket is served and kubelet stays on containerd. Imported
-        # here: NRI's message descriptors would add ~0.9 MB to the relay's resident memory.
+        # NRI mode: containerd calls us; no relay socket is served and kubelet stays on containerd.
         from resmgr.nri.frontend import NriFrontend
 
         relay = NriFrontend(hook, metrics, args.nri_socket, args.nri_plugin_name, args.nri_plugin_index)
+        apply_updates = relay.apply_updates
     else:
+        from resmgr.relay.server import Relay
+
+        dumper = Dumper(settings.dump, directory=args.relay_dir)
         relay = Relay(relay_socket=args.relay_socket, runtime_socket=args.runtime_socket,
                       image_socket=args.image_socket, hook=hook, metrics=metrics,
-                      dumper=Dumper(settings.dump, directory=args.relay_dir), pid_file=args.pid_file or None,
+                      dumper=dumper, pid_file=args.pid_file or None,
                       max_workers=args.workers,
                       runtime_wait_timeout=args.runtime_wait_timeout, transport=args.transport,
                       drift_check_period=args.resync_period)
-    runner = _Runner(args, relay, settings, metrics)
+        apply_updates = relay.interceptor.apply_updates
+    runner = _Runner(args, relay, settings, metrics, dumper)
     signal.signal(signal.SIGTERM, runner.on_terminate)
     signal.signal(signal.SIGINT, runner.on_terminate)
     signal.signal(signal.Signals[args.force_config_signal], runner.on_hangup)
@@ -195,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         relay.start()
         # Every update no CRI call returns (cold starts, rebalancing, configs, Adjustments) goes out through
         # the manager's outbox, bound to the relay once it runs.
-        rm.outbox.bind(relay.interceptor.apply_updates if isinstance(relay, Relay) else relay.apply_updates)
+        rm.outbox.bind(apply_updates)
         runner.rm = rm
         runner.plane = start_config_plane(
             args, ResourceManagerApplier(rm, rm.outbox, runner.config_applied), initial_source=rm.config_source,

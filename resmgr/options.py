@@ -9,7 +9,9 @@ the cache all take them from this module.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import sys
 
 from resmgr import __version__
 from resmgr.durations import parse_go_duration
@@ -133,9 +135,34 @@ def signal_name(text: str) -> str:
     return sig.name
 
 
+def terminal_columns() -> int:
+    """The width help is formatted for, found as shutil.get_terminal_size finds it (COLUMNS, stdout's
+    terminal, else 80)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter without its ``import shutil``: argparse makes a formatter for every argument added,
+    and shutil brings bz2, lzma and zlib along, 0.65 MB of the relay's resident memory for a terminal width."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         terminal_columns() - 2 if width is None else width)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cri-resmgr", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"cri-resmgr {__version__}")
     parser.add_argument("--list-policies", action="store_true",
                         help="print the names of the available policies and exit")

@@ -11,7 +11,6 @@ out and recorded as ignored. Which fields cri-resource-manager's config has is d
 from __future__ import annotations
 
 import contextvars
-import difflib
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -268,6 +267,8 @@ class MapOf(Spec):
 
 def did_you_mean(name: str, candidates: list[str]) -> str:
     """' (did you mean X?)' for the closest known spelling, or ''."""
+    import difflib  # only for a config with a mistake in it: 0.4 MB the relay otherwise never needs
+
     by_lower = {c.lower(): c for c in candidates}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
     return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""

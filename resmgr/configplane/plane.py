@@ -17,7 +17,6 @@ changes and the error goes back to the agent.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -28,7 +27,7 @@ from typing import Any, Protocol
 
 from resmgr.config import ConfigError, ConfigSections, check_config_sections, report_findings
 from resmgr.config.errors import AGENT_DISABLED
-from resmgr.config.files import read_config_file
+from resmgr.config.files import read_config_file, sha256_hex
 from resmgr.configplane.adjustments import (
     AdjustmentOutcome,
     ContainerOverride,
@@ -80,7 +79,7 @@ class ConfigApplier(Protocol):
 def sections_digest(sections: Mapping[str, str]) -> str:
     """A stable digest of a config in ConfigMap form, for "unchanged" checks."""
     payload = json.dumps(dict(sorted(sections.items())), sort_keys=True, ensure_ascii=False).encode()
-    return hashlib.sha256(payload).hexdigest()
+    return sha256_hex(payload)
 
 
 @dataclass

@@ -170,16 +170,20 @@ def concurrent_starts(stub: api_pb2_grpc.RuntimeServiceStub, n: int, tag: str, i
     return wall
 
 
-def concurrent_ratio(direct, via, n: int, image: str, *, via_name: str = "relay", direct_name: str = "direct") -> float:
-    """The median wall time of ``n`` pod starts at once through ``via`` over ``direct``'s (rounds interleaved)."""
+def concurrent_ratio(direct, via, n: int, image: str, *, via_name: str = "relay", direct_name: str = "direct",
+                     rounds: int = CONCURRENT_ROUNDS) -> float:
+    """The median wall time of ``n`` pod starts at once through ``via`` over ``direct``'s (``rounds`` interleaved
+    pairs, who goes first alternating). The line printed also shows the spread of the rounds' own ratios."""
     d, r = [], []
-    for i in range(CONCURRENT_ROUNDS):
+    for i in range(rounds):
         order = [(direct, d, "d"), (via, r, "r")]
         for stub, out, tag in order if i % 2 else order[::-1]:
             out.append(concurrent_starts(stub, n, f"{tag}{n}-{i}", image))
     ratio = statistics.median(r) / statistics.median(d)
+    per_round = sorted(b / a for a, b in zip(d, r, strict=True))
     print(f"  {n} pod starts at once: {direct_name} {statistics.median(d):.2f}s {via_name} "
-          f"{statistics.median(r):.2f}s ratio {ratio:.3f}", flush=True)
+          f"{statistics.median(r):.2f}s ratio {ratio:.3f} ({rounds} rounds; the rounds' own ratios "
+          f"{per_round[0]:.2f}..{per_round[-1]:.2f})", flush=True)
     return ratio
 
 

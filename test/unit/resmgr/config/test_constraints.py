@@ -31,3 +31,17 @@ def test_fractions_of_a_byte_round_up(text: object, value: int) -> None:
 def test_bad_memory_quantities(text: object) -> None:
     with pytest.raises(ValueError, match="memory quantity"):
         parse_memory_quantity(text)
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("1234567890123456789012345678901", 1234567890123456789012345678901),  # more digits than Decimal's 28
+    ("1.0000000000000000000000000000001Gi", 2**30 + 1),  # the tiny fraction still rounds up
+    ("1.5e-3", 1), ("25e-1", 3), ("0.000e5", 0), ("12.5e2k", 1_250_000),
+])
+def test_memory_quantities_are_exact(text: str, value: int) -> None:
+    assert parse_memory_quantity(text) == value
+
+
+def test_an_absurd_exponent_is_refused_not_computed() -> None:
+    with pytest.raises(ValueError, match="memory quantity"):
+        parse_memory_quantity("1e999999999")

@@ -44,3 +44,18 @@ def test_the_relay_does_not_load_the_nri_front_end() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(resmgr.__file__).parent.parent).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("columns", ["60", "133", "x", "-1"])
+def test_help_is_as_wide_as_argparse_makes_it(columns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The formatter finds the width as argparse's own does (it imports shutil for it; ours does not)."""
+    import argparse
+
+    from resmgr.options import HelpFormatter
+
+    monkeypatch.setenv("COLUMNS", columns)
+    parser = build_parser()
+    ours = parser.format_help()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    assert ours == parser.format_help()
+    assert HelpFormatter("x")._width == argparse.RawDescriptionHelpFormatter("x")._width
