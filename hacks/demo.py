@@ -52,6 +52,7 @@ from devland.tools import SETUP_HINT, find_tools  # noqa: E402
 from devland.workloads import (  # noqa: E402
     burstable_pod,
     container_cpuset,
+    container_id,
     daemonset_rolled_out,
     exclusive_cpus,
     guaranteed_pod,
@@ -356,10 +357,6 @@ def plugin_pod(shoot, node: str) -> dict:
     if len(pods) != 1:
         raise RuntimeError(f"{len(pods)} cri-resmgr-nri pods on {node}")
     return pods[0]
-
-
-def container_id(pod: dict) -> str:
-    return pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
 
 
 def _json(obj: dict) -> str:
