@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fixtures import hypothesis_profiles
+from fixtures import hypothesis_profiles, pod_cgroups
 from fixtures.containerd import CONTAINERD2, Containerd, running_containerd, runtime_from_env
 from fixtures.seed_api import SeedAPI
 from fixtures.tiers import tier_of
@@ -24,6 +24,32 @@ HYPOTHESIS_PROFILE = hypothesis_profiles.register()
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"hypothesis profile: {HYPOTHESIS_PROFILE} (CI=true: ci; HYPOTHESIS_PROFILE overrides)"
+
+
+def _controls_the_session(config: pytest.Config) -> bool:
+    """This process runs the session (not one of xdist's workers), as root, where the pod cgroups are."""
+    return not hasattr(config, "workerinput") and os.geteuid() == 0
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Empty pod cgroups a killed run left: every landscape kubelet would watch them (fixtures/pod_cgroups.py).
+    if _controls_the_session(session.config):
+        session.config.stash[_SWEPT] = [pod_cgroups.sweep()]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _controls_the_session(session.config):
+        session.config.stash.setdefault(_SWEPT, []).append(pod_cgroups.sweep())
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  # noqa: ANN001 (pytest's type)
+    swept = config.stash.get(_SWEPT, [])
+    if any(swept):
+        terminalreporter.write_line(f"empty pod cgroups removed under /kubepods: {swept[0]} before the run"
+                                    + (f", {swept[1]} after it" if len(swept) > 1 else ""))
+
+
+_SWEPT = pytest.StashKey[list[int]]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import grpc
 from cri_api.v1 import api_pb2, api_pb2_grpc
+from fixtures import pod_cgroups
 
 UNARY_CALLERS = 28
 EVENT_STREAMS = 3
@@ -28,7 +29,7 @@ def pod_config(name: str, namespace: str = "bench") -> api_pb2.PodSandboxConfig:
     return api_pb2.PodSandboxConfig(
         metadata=api_pb2.PodSandboxMetadata(name=name, namespace=namespace, uid=uid),
         hostname=name, log_directory=f"/tmp/cri-bench-logs/{uid}",
-        linux=api_pb2.LinuxPodSandboxConfig(cgroup_parent=f"/kubepods/besteffort/pod{uid}"))
+        linux=api_pb2.LinuxPodSandboxConfig(cgroup_parent=pod_cgroups.issued(f"/kubepods/besteffort/pod{uid}")))
 
 
 def container_config(name: str, image: str) -> api_pb2.ContainerConfig:
