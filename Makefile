@@ -64,9 +64,10 @@ test-unit: venv
 # Tiers (test/fixtures/tiers.py; each test carries its tier's marker): unit (pyproject's testpaths, so a bare
 # `pytest` runs only the fast tier), integration, landscape (test/e2e/local), e2e (a real Gardener).
 # Two halves, split by wall time rather than by tier, for CI as two jobs (.ci/run main | .ci/run landscape) on two
-# machines: the landscape half is the scenarios on the shared landscape; the landscape-tier tests that start a
-# landscape of their own (the demo, a real gardenlet's ControllerInstallation) run at the end of the other half.
-OWN_LANDSCAPE_TESTS := test/e2e/local/test_demo.py test/e2e/local/test_demo_nri.py test/e2e/local/test_controller_installation.py
+# machines: the landscape half is the scenarios on the shared landscape; the landscape-tier test that starts a
+# landscape of its own (a garden whose real gardenlet makes the ControllerInstallation) runs at the end of the other
+# half.
+OWN_LANDSCAPE_TESTS := test/e2e/local/test_controller_installation.py
 MAIN_HALF := test/unit test/integration test/e2e/gardener $(OWN_LANDSCAPE_TESTS)
 LANDSCAPE_HALF := test/e2e/local $(foreach t,$(OWN_LANDSCAPE_TESTS),--deselect=$(t))
 test-main: venv

@@ -118,4 +118,7 @@ def test_a_stop_in_its_grace_period_does_not_hold_up_another_pod_start(container
         os.kill(pid, signal.SIGKILL)
         stopping.join(300)
     assert not stopping.is_alive()
-    assert other in rm.containers and stubborn not in rm.policy.containers  # the stop released it
+    # The splice relay sends the runtime's answer on as it comes and runs the hook's after() beside it, so the
+    # client can be back before the manager recorded the start and the stop (seen once in CI): wait for that.
+    assert eventually(lambda: other in rm.containers and stubborn not in rm.policy.containers, timeout=30), (
+        f"started {other in rm.containers}, stopped one released {stubborn not in rm.policy.containers}")
