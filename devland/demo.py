@@ -51,8 +51,9 @@ def provider_config(default: str, mode: str = RELAY) -> dict:
     return pc
 
 
-# Every pod the steps create in the shoot's default namespace.
-DEMO_PODS = ("demo-pinned", "demo-burstable", "demo-unpinned", *(f"demo-start-{i}" for i in range(4)))
+# The pods step 4c starts while the plugin is killed, and every pod the steps create in the shoot's default namespace.
+START_PODS = tuple(f"demo-start-{i}" for i in range(4))
+DEMO_PODS = ("demo-pinned", "demo-burstable", "demo-unpinned", *START_PODS)
 
 
 class Demo:
@@ -219,7 +220,7 @@ class Demo:
         """The plugin of a node killed (SIGKILL) while pods start there: the pods still start, and the plugin comes
         back and synchronizes (a dead plugin costs placement, never pod starts)."""
         shoot, node = self.land.shoot, self.nodes[-1]
-        names = [f"demo-start-{i}" for i in range(4)]
+        names = START_PODS
         plugin = plugin_pod(shoot, node.name)
         restarts = plugin["status"]["containerStatuses"][0].get("restartCount", 0)
         for name in names[:2]:

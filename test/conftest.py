@@ -26,6 +26,9 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"hypothesis profile: {HYPOTHESIS_PROFILE} (CI=true: ci; HYPOTHESIS_PROFILE overrides)"
 
 
+_SWEPT = pytest.StashKey[list[int]]()  # the sweeps' counts: before the run, after it
+
+
 def _controls_the_session(config: pytest.Config) -> bool:
     """This process runs the session (not one of xdist's workers), as root, where the pod cgroups are."""
     return not hasattr(config, "workerinput") and os.geteuid() == 0
@@ -47,9 +50,6 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  #
     if any(swept):
         terminalreporter.write_line(f"empty pod cgroups removed under /kubepods: {swept[0]} before the run"
                                     + (f", {swept[1]} after it" if len(swept) > 1 else ""))
-
-
-_SWEPT = pytest.StashKey[list[int]]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -10,7 +10,7 @@ from fixtures.cri_objects import make_container_config, make_pod_config, write_j
 
 
 def where(parent: str) -> list[str]:
-    return [str(h / parent.strip("/")) for h in pod_cgroups._hierarchies() if (h / parent.strip("/")).is_dir()]
+    return [str(h / parent.strip("/")) for h in pod_cgroups.hierarchies() if (h / parent.strip("/")).is_dir()]
 
 
 def test_a_removed_pods_cgroup_is_gone_when_its_containerd_stops(tools, tmp_path):
