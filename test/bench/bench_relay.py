@@ -36,6 +36,10 @@ Environment: CRI_RESMGR_TEST_CONTAINERD=debian runs it against Debian's containe
 containerd 2; RELAY_BENCH_EXE=onefile runs the one-file build, RELAY_BENCH_EXE=venv the venv's `cri-resmgr` (the
 Python sources of this checkout, no bootloader) instead of the one-dir build, and RELAY_BENCH_EXE=<path>
 another cri-resmgr executable, as is;
+RELAY_BENCH_BASELINE=<commit> also builds that commit's one-dir build (in a worktree under the dev cache) and
+measures Version and pod starts through both builds in the same run, interleaved; the summary then has a
+second line, `baseline: added_p50_ms=.. baseline_added_p50_ms=.. podstart_ratio=.. baseline_podstart_ratio=..`,
+which tells a change of the code from a change of the machine;
 RELAY_BENCH_ARGS adds cri-resmgr flags (to compare options); RELAY_BENCH_IDLE_S sets the relist window
 (default 30 s); RELAY_BENCH_SOAK_S the soak (default 300 s, after the 60 s warm-up; RELAY_BENCH_WARMUP_S
 changes that).
@@ -61,7 +65,7 @@ from cri_api.v1 import api_pb2, api_pb2_grpc
 from fixtures.containerd import CONTAINERD2, Containerd, running_containerd, runtime_from_env
 from integration.relay.relay_process import RelayProcess, cri_resmgr_executable
 
-from devland.hacks import build_executable
+from devland.hacks import build_executable, build_revision
 from devland.procfs import descendants, private_kib, rss_kib, tree_cpu_seconds, tree_rss_kib
 from devland.tools import Tools
 
@@ -89,12 +93,15 @@ def timed(call, n: int) -> list[float]:
     return out
 
 
-def interleaved(direct_call, relay_call, rounds: int, per_round: int) -> tuple[list[float], list[float]]:
-    direct, relayed = [], []
+def interleaved(*calls, rounds: int, per_round: int) -> list[list[float]]:
+    """Each call's timings, the calls taking turns in rounds (the first round in order, the next reversed, ...)."""
+    out: list[list[float]] = [[] for _ in calls]
+    order = list(range(len(calls)))
     for _ in range(rounds):
-        direct += timed(direct_call, per_round)
-        relayed += timed(relay_call, per_round)
-    return direct, relayed
+        for i in order:
+            out[i] += timed(calls[i], per_round)
+        order.reverse()
+    return out
 
 
 EXE_ENV = "RELAY_BENCH_EXE"
@@ -113,6 +120,51 @@ def relay_build(choice: str) -> tuple[str, str]:
     if choice == VENV:
         return cri_resmgr_executable(), VENV
     return choice, EXE
+
+
+BASELINE_ENV = "RELAY_BENCH_BASELINE"
+
+
+def compare_baseline(revision: str, containerd: Containerd, workdir: Path, extra: list[str],
+                     direct: api_pb2_grpc.RuntimeServiceStub, via: api_pb2_grpc.RuntimeServiceStub) -> str:
+    """Version latency and pod starts through this build and ``revision``'s one-dir build, side by side in
+    the same run (each against direct calls); the relay of ``revision`` is stopped before anything else runs.
+    Returns the comparison's summary line."""
+    executable = build_revision(revision)
+    base = RelayProcess(workdir / "baseline", containerd.socket, args=extra, executable=executable).start()
+    channel = grpc.insecure_channel(base.endpoint)
+    try:
+        old = api_pb2_grpc.RuntimeServiceStub(channel)
+        req = api_pb2.VersionRequest()
+        timed(lambda: old.Version(req), 300)
+        print(f"  baseline {revision}: {executable}, pid {base.pid}", flush=True)
+        d, new_t, old_t = interleaved(lambda: direct.Version(req), lambda: via.Version(req),
+                                      lambda: old.Version(req), rounds=30, per_round=150)
+        report("Version (this build)", d, new_t)
+        report(f"Version ({revision})", d, old_t)
+        pods: dict[str, list[float]] = {"d": [], "n": [], "o": []}
+        stubs = [("d", direct), ("n", via), ("o", old)]
+        mine = []  # pods this build's relay started: removed through it, so its state stays as without a baseline
+        for i in range(PODSTART_PAIRS):
+            for tag, stub in stubs if i % 2 else stubs[::-1]:
+                t = time.perf_counter()
+                pod = start_pod(stub, f"baseline-{tag}{i}", containerd.busybox_image)
+                pods[tag].append(time.perf_counter() - t)
+                if tag == "n":
+                    mine.append(pod)
+        for pod in mine:
+            via.StopPodSandbox(api_pb2.StopPodSandboxRequest(pod_sandbox_id=pod))
+            via.RemovePodSandbox(api_pb2.RemovePodSandboxRequest(pod_sandbox_id=pod))
+        containerd.remove_all()
+    finally:
+        channel.close()
+        base.stop()
+    d50 = statistics.median(d)
+    pod50 = statistics.median(pods["d"])
+    return (f"baseline: added_p50_ms={(statistics.median(new_t) - d50) * 1e3:.3f} "
+            f"baseline_added_p50_ms={(statistics.median(old_t) - d50) * 1e3:.3f} "
+            f"podstart_ratio={statistics.median(pods['n']) / pod50:.3f} "
+            f"baseline_podstart_ratio={statistics.median(pods['o']) / pod50:.3f} baseline={revision}")
 
 
 def rss_mb(pid: int) -> float:
@@ -245,6 +297,9 @@ def test_bench_relay(bench_containerd: Containerd) -> None:
         print(f"  idle rss {idle_rss:.1f} MB (after start and 300 Version calls: {rss_split(relay.pid)})", flush=True)
 
         version_req = api_pb2.VersionRequest()
+        baseline = os.environ.get(BASELINE_ENV, "")
+        if baseline:
+            baseline_line = compare_baseline(baseline, containerd, workdir, extra, direct, via)
         d_version, r_version = interleaved(lambda: direct.Version(version_req), lambda: via.Version(version_req),
                                            rounds=20, per_round=150)
         report("Version", d_version, r_version)
@@ -324,6 +379,8 @@ def test_bench_relay(bench_containerd: Containerd) -> None:
                 f"concurrent8_ratio={conc8:.3f} concurrent32_ratio={conc32:.3f} max_request_mib={max_mib:g} "
                 f"idle_rss_mb={idle_rss:.1f} soak_rss_growth_pct={soak_growth:.2f} soak_failed_calls={mix.failures} "
                 f"containerd={containerd_version} build={build}")
+        if baseline:
+            line += "\n" + baseline_line
         print(line, flush=True)
         # pytest prints its own summary after the test; repeat the line at exit so it is the LAST line.
         atexit.register(print, line, flush=True)
