@@ -98,6 +98,7 @@ lint: venv
 # RELAY_BENCH_EXE=onefile measures the one-file build (its bootloader counts in every RSS figure),
 # RELAY_BENCH_EXE=venv the venv's cri-resmgr instead,
 # CRI_RESMGR_TEST_CONTAINERD=debian Debian's containerd 1.6. The summary line says which (build=..., containerd=...).
+# RELAY_BENCH_BASELINE=<commit> also measures that commit's build in the same run (a second summary line).
 bench-relay bench-policy bench-nri bench-install bench-extension: bench-%: venv
 	$(PY) -m pytest -s -p no:cacheprovider -o addopts="" --timeout=3600 test/bench/bench_$*.py
 
