@@ -142,17 +142,8 @@ def compare_baseline(revision: str, containerd: Containerd, workdir: Path, extra
                                       lambda: old.Version(req), rounds=30, per_round=150)
         report("Version (this build)", d, new_t)
         report(f"Version ({revision})", d, old_t)
-        pods: dict[str, list[float]] = {"d": [], "n": [], "o": []}
-        stubs = [("d", direct), ("n", via), ("o", old)]
-        mine = []  # pods this build's relay started: removed through it, so its state stays as without a baseline
-        for i in range(PODSTART_PAIRS):
-            for tag, stub in stubs if i % 2 else stubs[::-1]:
-                t = time.perf_counter()
-                pod = start_pod(stub, f"baseline-{tag}{i}", containerd.busybox_image)
-                pods[tag].append(time.perf_counter() - t)
-                if tag == "n":
-                    mine.append(pod)
-        for pod in mine:
+        pods, ids = pod_starts({"d": direct, "n": via, "o": old}, "baseline-", containerd.busybox_image)
+        for pod in ids["n"]:  # removed through this build's relay, so its state stays as without a baseline
             via.StopPodSandbox(api_pb2.StopPodSandboxRequest(pod_sandbox_id=pod))
             via.RemovePodSandbox(api_pb2.RemovePodSandboxRequest(pod_sandbox_id=pod))
         containerd.remove_all()
@@ -194,6 +185,21 @@ def start_pod(stub: api_pb2_grpc.RuntimeServiceStub, name: str, image: str, cont
             timeout=120).container_id
         stub.StartContainer(api_pb2.StartContainerRequest(container_id=cid), timeout=120)
     return pod_id
+
+
+def pod_starts(stubs: dict[str, api_pb2_grpc.RuntimeServiceStub], prefix: str,
+               image: str) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
+    """PODSTART_PAIRS pod starts through each of ``stubs`` in turn, who goes first alternating: the seconds each
+    took and the pods' ids, by the stubs' tags."""
+    seconds: dict[str, list[float]] = {tag: [] for tag in stubs}
+    ids: dict[str, list[str]] = {tag: [] for tag in stubs}
+    order = list(stubs.items())
+    for i in range(PODSTART_PAIRS):
+        for tag, stub in order if i % 2 else order[::-1]:
+            t = time.perf_counter()
+            ids[tag].append(start_pod(stub, f"{prefix}{tag}{i}", image))
+            seconds[tag].append(time.perf_counter() - t)
+    return seconds, ids
 
 
 def concurrent_starts(stub: api_pb2_grpc.RuntimeServiceStub, n: int, tag: str, image: str) -> float:
@@ -320,13 +326,8 @@ def test_bench_relay(bench_containerd: Containerd) -> None:
                                                        lambda: via.ListContainerStats(stats_req),
                                                        rounds=5, per_round=10))
 
-        d_pod, r_pod = [], []
-        for i in range(PODSTART_PAIRS):
-            pair = [(direct, d_pod, "d"), (via, r_pod, "r")]
-            for stub, out, tag in pair if i % 2 else pair[::-1]:  # alternate who goes first
-                t = time.perf_counter()
-                start_pod(stub, f"podstart-{tag}{i}", containerd.busybox_image)
-                out.append(time.perf_counter() - t)
+        pods, _ = pod_starts({"d": direct, "r": via}, "podstart-", containerd.busybox_image)
+        d_pod, r_pod = pods["d"], pods["r"]
         report("pod start (run+create+start)", d_pod, r_pod)
         podstart_ratio = statistics.median(r_pod) / statistics.median(d_pod)
         conc8 = concurrent_ratio(direct, via, 8, containerd.busybox_image)
