@@ -166,8 +166,13 @@ def test_gardener_node_agent_rewriting_kubelet_service_keeps_the_relay_and_the_g
         wait_for(lambda: all(n.node.exists(path) and n.node.read_file(path) == data for path, data in guard.items()),
                  "the supervisor to write the kubelet guard again", timeout=30)
         assert "writing it again" in log_path.read_text()
-        dropins = n.node.systemctl("show", "kubelet.service", "--property=DropInPaths", "--value").stdout
-        assert node_files.KUBELET_GUARD_DROPIN in dropins, f"systemd does not know the guard again: {dropins!r}"
+
+        def dropins() -> str:
+            return n.node.systemctl("show", "kubelet.service", "--property=DropInPaths", "--value").stdout
+
+        # The supervisor writes the drop-in, then the script, then reloads systemd: the files can be in place
+        # a moment before systemd has read them, so this waits for the reload itself (CI run of a1291fb).
+        wait_for(lambda: node_files.KUBELET_GUARD_DROPIN in dropins(), "systemd to know the guard again", timeout=30)
         assert probe(n) == 0
     # No installer runs at boot: a broken relay and a kubelet start, and the guard puts kubelet on containerd.
     n.node.write_file(node_files.BINARY, "#!/bin/sh\necho broken release >&2\nexit 1\n", mode=0o755)
