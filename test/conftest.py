@@ -26,7 +26,8 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"hypothesis profile: {HYPOTHESIS_PROFILE} (CI=true: ci; HYPOTHESIS_PROFILE overrides)"
 
 
-_SWEPT = pytest.StashKey[list[int]]()  # the sweeps' counts: before the run, after it
+_SWEPT = pytest.StashKey[list[int | None]]()  # the sweeps' counts, before the run and after it (None: not swept)
+_SESSION_LOCK = pytest.StashKey[pod_cgroups.SessionLock]()
 
 
 def _controls_the_session(config: pytest.Config) -> bool:
@@ -37,19 +38,24 @@ def _controls_the_session(config: pytest.Config) -> bool:
 def pytest_sessionstart(session: pytest.Session) -> None:
     # Empty pod cgroups a killed run left: every landscape kubelet would watch them (fixtures/pod_cgroups.py).
     if _controls_the_session(session.config):
-        session.config.stash[_SWEPT] = [pod_cgroups.sweep()]
+        lock = session.config.stash[_SESSION_LOCK] = pod_cgroups.SessionLock()
+        session.config.stash[_SWEPT] = [lock.begin()]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if _controls_the_session(session.config):
-        session.config.stash.setdefault(_SWEPT, []).append(pod_cgroups.sweep())
+    lock = session.config.stash.get(_SESSION_LOCK, None)
+    if lock is not None:
+        session.config.stash.setdefault(_SWEPT, []).append(lock.end())
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  # noqa: ANN001 (pytest's type)
     swept = config.stash.get(_SWEPT, [])
-    if any(swept):
-        terminalreporter.write_line(f"empty pod cgroups removed under /kubepods: {swept[0]} before the run"
-                                    + (f", {swept[1]} after it" if len(swept) > 1 else ""))
+    if not swept:
+        return
+    said = ["not swept (another test session runs)" if n is None else str(n) for n in swept]
+    if any(n != "0" for n in said):
+        terminalreporter.write_line(f"empty pod cgroups removed under /kubepods: {said[0]} before the run"
+                                    + (f", {said[1]} after it" if len(said) > 1 else ""))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
