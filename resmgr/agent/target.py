@@ -25,6 +25,43 @@ _OPTIONS = [*CHANNEL_OPTIONS, ("grpc.client_idle_timeout_ms", 2**31 - 1),
             ("grpc.max_reconnect_backoff_ms", 2000)]
 
 
+FIRST_STATE_WAIT_S = 10.0  # the subscription's first state comes from a local thread
+
+# The states a channel reaches when its connection ends (gRPC core: a closed connection leaves the channel
+# IDLE, a failed one TRANSIENT_FAILURE). CONNECTING is not among them: it is the way to READY.
+_ENDED = frozenset({grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+                    grpc.ChannelConnectivity.SHUTDOWN})
+
+
+class LossDetector:
+    """Tells from grpc's connectivity states and the answered calls when the connection cri-resmgr answered on
+    is gone (not thread-safe: the target calls it under its lock).
+
+    grpc's subscription delivers a state it read earlier, from a thread of its own (grpc 1.85
+    ``_channel._deliver``), and only states that differ from the one delivered before. So under load a
+    CONNECTING read on the way to READY arrives after the first answer: no loss, and the answer still stands.
+    READY may be skipped when a connection drops right after a call: the answer proves the connection, and
+    the next ended state is a loss."""
+
+    def __init__(self) -> None:
+        self.last: grpc.ChannelConnectivity | None = None  # the state delivered last
+        self.answered = False  # a call was answered since a state other than CONNECTING was delivered
+
+    def answer(self) -> None:
+        self.answered = True
+
+    def delivered(self, state: grpc.ChannelConnectivity) -> bool:
+        """Whether ``state``, delivered now, means the connection is lost."""
+        if state == grpc.ChannelConnectivity.READY:
+            lost = False
+        else:
+            lost = self.last == grpc.ChannelConnectivity.READY or (self.answered and state in _ENDED)
+        self.last = state
+        if state != grpc.ChannelConnectivity.CONNECTING:
+            self.answered = False
+        return lost
+
+
 class ConfigSocketTarget:
     """Pushes to cri-resmgr; ``epoch()`` increases whenever an established connection is lost."""
 
@@ -36,16 +73,21 @@ class ConfigSocketTarget:
         self._channel = grpc.insecure_channel("unix://" + socket_path, options=_OPTIONS)
         self._stub = config_pb2_grpc.ConfigStub(self._channel)
         self._epoch = 0
-        self._ready = False
+        self._losses = LossDetector()
         self._lock = threading.Lock()
+        self._first_state = threading.Event()
         self._channel.subscribe(self._on_state, try_to_connect=False)
+        # The subscription's first state (read before any call) must not arrive after an answer, where it
+        # would look like a connection that ended: wait for it. It comes from a local thread, not the socket.
+        if not self._first_state.wait(timeout=FIRST_STATE_WAIT_S):
+            log.warning("grpc delivered no connectivity state of %s within %gs", socket_path, FIRST_STATE_WAIT_S)
 
     def _on_state(self, state: grpc.ChannelConnectivity) -> None:
         with self._lock:
-            lost = self._ready and state != grpc.ChannelConnectivity.READY
-            self._ready = state == grpc.ChannelConnectivity.READY
+            lost = self._losses.delivered(state)
             if lost:
                 self._epoch += 1
+        self._first_state.set()
         if lost:
             log.info("connection to cri-resmgr on %s lost; will deliver the config again", self.socket_path)
             if self.on_connection_lost is not None:
@@ -61,11 +103,10 @@ class ConfigSocketTarget:
 
     def _call(self, name: str, request: Any) -> Any:
         reply = call_unary(self._stub, name, request, self.timeout, PushError, self.socket_path)
-        # An answer proves the connection. grpc's subscription reports the state its watcher reads after a
-        # change, so READY can be skipped when the connection drops right after: a cri-resmgr restarted just
-        # after a push then went unnoticed (seen in a loaded CI run) and never got its config again.
+        # An answer proves the connection (LossDetector): a cri-resmgr restarted just after a push went
+        # unnoticed when grpc skipped READY (seen in a loaded CI run) and never got its config again.
         with self._lock:
-            self._ready = True
+            self._losses.answer()
         return reply
 
     def set_config(self, node: str, sections: Mapping[str, str], source: str) -> str:
